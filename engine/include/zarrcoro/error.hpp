@@ -1,0 +1,62 @@
+// zarrcoro error family.
+//
+// Thread-safety: error objects are immutable values; safe to copy across threads.
+//
+// Every error raised by the public API derives from zarrcoro::Error and names
+// the store key (if any) and the metadata field or codec (if any) involved, so
+// a message such as
+//   "invalid metadata: key 'a/zarr.json', field 'fill_value': expected a JSON boolean"
+// tells the user exactly where to look.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace zarrcoro {
+
+enum class Errc {
+  invalid_metadata,  // zarr.json / .zarray is malformed or violates the spec
+  unsupported,       // a valid but unsupported codec, data type or extension
+  corrupt_chunk,     // a stored chunk cannot be decoded (checksum, size, framing)
+  store_io,          // the store failed (OS error, network error)
+  not_found,         // metadata document missing where one is required
+  cancelled,         // the operation was cancelled
+  invalid_argument,  // caller error: region out of bounds, buffer size, bad key
+};
+
+const char* to_string(Errc code) noexcept;
+
+class Error : public std::runtime_error {
+ public:
+  // `key` is the store key involved (may be empty); `field` is the metadata
+  // field, codec name or parameter involved (may be empty).
+  Error(Errc code, std::string key, std::string field, const std::string& message);
+
+  Errc code() const noexcept { return code_; }
+  const std::string& key() const noexcept { return key_; }
+  const std::string& field() const noexcept { return field_; }
+  // The message without the "kind: key ..., field ...:" prefix.
+  const std::string& detail() const noexcept { return detail_; }
+
+ private:
+  Errc code_;
+  std::string key_, field_, detail_;
+};
+
+#define ZARRCORO_ERROR_KIND(Name, Code)                                    \
+  class Name : public Error {                                              \
+   public:                                                                 \
+    Name(std::string key, std::string field, const std::string& message)  \
+        : Error(Errc::Code, std::move(key), std::move(field), message) {}  \
+  };
+
+ZARRCORO_ERROR_KIND(InvalidMetadata, invalid_metadata)
+ZARRCORO_ERROR_KIND(UnsupportedError, unsupported)
+ZARRCORO_ERROR_KIND(CorruptChunk, corrupt_chunk)
+ZARRCORO_ERROR_KIND(StoreError, store_io)
+ZARRCORO_ERROR_KIND(NotFound, not_found)
+ZARRCORO_ERROR_KIND(Cancelled, cancelled)
+ZARRCORO_ERROR_KIND(InvalidArgument, invalid_argument)
+#undef ZARRCORO_ERROR_KIND
+
+}  // namespace zarrcoro
