@@ -1,0 +1,35 @@
+#include <zarrcoro/error.hpp>
+
+namespace zarrcoro {
+
+const char* to_string(Errc code) noexcept {
+  switch (code) {
+    case Errc::invalid_metadata: return "invalid metadata";
+    case Errc::unsupported: return "unsupported";
+    case Errc::corrupt_chunk: return "corrupt chunk";
+    case Errc::store_io: return "store I/O error";
+    case Errc::not_found: return "not found";
+    case Errc::cancelled: return "cancelled";
+    case Errc::invalid_argument: return "invalid argument";
+  }
+  return "error";
+}
+
+namespace {
+std::string format(Errc code, const std::string& key, const std::string& field,
+                   const std::string& message) {
+  std::string s = to_string(code);
+  if (!key.empty()) s += ": key '" + key + "'";
+  if (!field.empty()) s += (key.empty() ? ": field '" : ", field '") + field + "'";
+  return s + ": " + message;
+}
+}  // namespace
+
+Error::Error(Errc code, std::string key, std::string field, const std::string& message)
+    : std::runtime_error(format(code, key, field, message)),
+      code_(code),
+      key_(std::move(key)),
+      field_(std::move(field)),
+      detail_(message) {}
+
+}  // namespace zarrcoro

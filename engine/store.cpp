@@ -1,0 +1,24 @@
+#include <zarrcoro/error.hpp>
+#include <zarrcoro/store.hpp>
+
+namespace zarrcoro {
+
+void validate_key(const std::string& key) {
+  auto bad = [&](const char* why) { throw InvalidArgument(key, "key", why); };
+  if (key.empty()) bad("empty key");
+  if (key.front() == '/') bad("absolute keys are not allowed");
+  if (key.find('\0') != std::string::npos) bad("NUL byte in key");
+  if (key.find('\\') != std::string::npos) bad("backslash in key");
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t end = key.find('/', start);
+    const std::string_view seg(key.data() + start,
+                               (end == std::string::npos ? key.size() : end) - start);
+    if (seg.empty()) bad("empty path segment");
+    if (seg == "." || seg == "..") bad("'.' and '..' segments are not allowed");
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+}
+
+}  // namespace zarrcoro

@@ -1,0 +1,59 @@
+#include "support.hpp"
+
+#include <fstream>
+#include <iterator>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+namespace zarrcoro::test {
+
+std::optional<std::filesystem::path> shared_dir() {
+  if (const char* env = std::getenv("ZARRCORO_SHARED_DIR"); env && *env) {
+    if (std::filesystem::is_directory(env)) return std::filesystem::path(env);
+  }
+  const std::filesystem::path p = ZARRCORO_SHARED_DIR;
+  if (std::filesystem::is_directory(p / "fixtures")) return p;
+  return std::nullopt;
+}
+
+Bytes read_file(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  if (!f) throw std::runtime_error("cannot open " + p.string());
+  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  Bytes b(s.size());
+  std::memcpy(b.data(), s.data(), s.size());
+  return b;
+}
+
+Bytes hex(const std::string& text) {
+  Bytes out;
+  int hi = -1;
+  for (char c : text) {
+    int v;
+    if (c >= '0' && c <= '9') v = c - '0';
+    else if (c >= 'a' && c <= 'f') v = c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F') v = c - 'A' + 10;
+    else continue;
+    if (hi < 0) hi = v;
+    else {
+      out.push_back(static_cast<std::byte>(hi * 16 + v));
+      hi = -1;
+    }
+  }
+  return out;
+}
+
+std::string to_hex(ByteSpan bytes) {
+  static const char* d = "0123456789abcdef";
+  std::string s;
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    if (i) s += ' ';
+    const auto v = static_cast<unsigned>(bytes[i]);
+    s += d[v >> 4];
+    s += d[v & 15];
+  }
+  return s;
+}
+
+}  // namespace zarrcoro::test
