@@ -1,0 +1,62 @@
+#include <zarrcoro/store/counting.hpp>
+
+#include <zarrcoro/error.hpp>
+
+namespace zarrcoro {
+
+CountingStore::CountingStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {
+  if (!inner_) throw InvalidArgument("", "inner", "CountingStore needs an inner store");
+}
+
+awaitable<std::optional<Bytes>> CountingStore::get(std::string key, ByteRange range) {
+  ++gets_;
+  {
+    std::lock_guard lock(log_mu_);
+    log_.emplace_back(key, range);
+  }
+  auto value = co_await inner_->get(std::move(key), range);
+  if (value) get_bytes_ += value->size();
+  else ++get_misses_;
+  co_return value;
+}
+
+awaitable<void> CountingStore::set(std::string key, Bytes value) {
+  ++sets_;
+  set_bytes_ += value.size();
+  co_await inner_->set(std::move(key), std::move(value));
+}
+
+awaitable<void> CountingStore::erase(std::string key) {
+  ++erases_;
+  co_await inner_->erase(std::move(key));
+}
+
+awaitable<bool> CountingStore::exists(std::string key) {
+  ++exists_;
+  co_return co_await inner_->exists(std::move(key));
+}
+
+awaitable<std::vector<std::string>> CountingStore::list(std::string prefix) {
+  ++lists_;
+  co_return co_await inner_->list(std::move(prefix));
+}
+
+std::string CountingStore::url() const { return "counting+" + inner_->url(); }
+
+CountingStore::Counts CountingStore::counts() const {
+  return {gets_, get_bytes_, get_misses_, sets_, set_bytes_, erases_, exists_, lists_};
+}
+
+std::vector<std::pair<std::string, ByteRange>> CountingStore::gets_log() const {
+  std::lock_guard lock(log_mu_);
+  return log_;
+}
+
+void CountingStore::reset() {
+  for (auto* c : {&gets_, &get_bytes_, &get_misses_, &sets_, &set_bytes_, &erases_, &exists_, &lists_})
+    *c = 0;
+  std::lock_guard lock(log_mu_);
+  log_.clear();
+}
+
+}  // namespace zarrcoro

@@ -1,0 +1,69 @@
+// A Store decorator that counts the requests passing through it and records
+// the byte range of every get. Used by tests ("a full read of a zero-size
+// array makes zero store requests") and to verify partial (sharded) reads.
+//
+// Thread-safety: every method may be called concurrently. Counters are atomic;
+// the get log is guarded by a mutex. counts() is a snapshot whose fields are
+// read one by one, so it is exact only while no request is in flight.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <zarrcoro/store.hpp>
+
+namespace zarrcoro {
+
+class CountingStore : public Store {
+ public:
+  struct Counts {
+    std::uint64_t gets = 0;       // get calls (including misses and failures)
+    std::uint64_t get_bytes = 0;  // bytes returned by successful gets
+    std::uint64_t get_misses = 0; // gets that returned nullopt
+    std::uint64_t sets = 0;       // set calls
+    std::uint64_t set_bytes = 0;  // bytes passed to set
+    std::uint64_t erases = 0;     // erase calls
+    std::uint64_t exists = 0;     // exists calls
+    std::uint64_t lists = 0;      // list calls
+    // All requests of any kind.
+    std::uint64_t requests() const { return gets + sets + erases + exists + lists; }
+    bool operator==(const Counts&) const = default;
+  };
+
+  // `inner` must not be null.
+  explicit CountingStore(std::shared_ptr<Store> inner);
+
+  // Each method counts the call, then forwards to the inner store and
+  // succeeds or fails exactly as it does (a call is counted even if the inner
+  // store throws, e.g. for an invalid key).
+  awaitable<std::optional<Bytes>> get(std::string key, ByteRange range = {}) override;
+  awaitable<void> set(std::string key, Bytes value) override;
+  awaitable<void> erase(std::string key) override;
+  awaitable<bool> exists(std::string key) override;
+  awaitable<std::vector<std::string>> list(std::string prefix) override;
+  // "counting+<inner url>"
+  std::string url() const override;
+
+  // A snapshot of the counters.
+  Counts counts() const;
+  // Every get so far, in call order: (key, requested range).
+  std::vector<std::pair<std::string, ByteRange>> gets_log() const;
+  // Zeroes the counters and clears the get log.
+  void reset();
+
+  const std::shared_ptr<Store>& inner() const { return inner_; }
+
+ private:
+  std::shared_ptr<Store> inner_;
+  std::atomic<std::uint64_t> gets_{0}, get_bytes_{0}, get_misses_{0}, sets_{0}, set_bytes_{0},
+      erases_{0}, exists_{0}, lists_{0};
+  mutable std::mutex log_mu_;
+  std::vector<std::pair<std::string, ByteRange>> log_;
+};
+
+}  // namespace zarrcoro

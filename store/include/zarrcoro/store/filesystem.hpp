@@ -1,0 +1,102 @@
+// A Store over a directory tree: key "a/c/0/1" is the file <root>/a/c/0/1.
+//
+// Thread-safety: every method may be called concurrently from any thread and
+// any executor; the store keeps no mutable state besides the io_uring flag.
+// Concurrent writers of one key race (last rename wins) but never tear a
+// value. Destroy the store only after its operations have completed.
+//
+// I/O: reads and writes of file contents are io_uring operations
+// (asio::random_access_file) on the io executor; opening, renaming and
+// unlinking are short system calls on the calling thread. Directory walks
+// (list) run on a small owned thread pool so the io thread never blocks on a
+// large tree. If io_uring is unavailable (or disabled by the options), every
+// operation runs as blocking I/O on that pool instead; the caller's executor
+// is never blocked and resumes when the work completes.
+//
+// Layout: values are plain files; writes go to a hidden temporary file
+// ".<name>.tmp.<16 hex digits>" in the target directory which is then renamed
+// over the target, so readers see the old or the new value, never a mix.
+// Files of that pattern are never listed. Writes are not fsync'ed: atomic
+// against concurrent readers, not durable across a power loss.
+//
+// Keys are validated with validate_key (InvalidArgument). A key whose path
+// resolves, through a symlink, outside the root is refused with StoreError;
+// symlinks that stay inside the root are followed (list does not descend
+// into symlinked directories).
+#pragma once
+
+#include <atomic>
+#include <filesystem>
+#include <string>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/thread_pool.hpp>
+
+#include <zarrcoro/store.hpp>
+
+namespace zarrcoro {
+
+struct FilesystemOptions {
+  bool use_io_uring = true;       // false: always use the blocking fallback pool
+  unsigned fallback_threads = 2;  // threads of the owned pool (at least 1)
+};
+
+class FilesystemStore : public Store {
+ public:
+  // `io` must be an io_context executor (the runtime's I/O executor). `root`
+  // need not exist yet: set creates directories as needed. Probes io_uring
+  // once; if unavailable, logs one warning (per process) and falls back.
+  FilesystemStore(boost::asio::any_io_executor io, std::filesystem::path root,
+                  FilesystemOptions opts = {});
+  ~FilesystemStore() override;
+
+  // Success: the (clipped) range of the file's contents, or nullopt if no
+  // regular file is at the key (a directory there counts as absent).
+  // Failure: InvalidArgument (bad key), StoreError (I/O error, symlink escape).
+  awaitable<std::optional<Bytes>> get(std::string key, ByteRange range = {}) override;
+  // Success: the file holds exactly `value` (parent directories created).
+  // Failure: InvalidArgument, StoreError naming the key and the OS error; the
+  // previous value is then intact and no temporary file is left behind.
+  awaitable<void> set(std::string key, Bytes value) override;
+  // Success: no file at the key (also if there was none); empty parent
+  // directories up to, not including, the root are removed.
+  // Failure: InvalidArgument, StoreError.
+  awaitable<void> erase(std::string key) override;
+  // Success: whether a regular file is at the key. Failure: as get.
+  awaitable<bool> exists(std::string key) override;
+  // Success: sorted keys of the regular files whose '/'-joined relative path
+  // starts with `prefix` (temporary files excluded; a prefix no valid key
+  // can start with yields none). Failure: StoreError.
+  awaitable<std::vector<std::string>> list(std::string prefix) override;
+  // "file://<absolute root>"
+  std::string url() const override;
+
+  // True while file contents move through io_uring; false when using the
+  // blocking fallback pool.
+  bool uses_io_uring() const { return uring_.load(std::memory_order_relaxed); }
+  // The absolute, symlink-resolved root directory.
+  const std::filesystem::path& root() const { return root_; }
+
+ private:
+  struct Temp;
+  std::filesystem::path resolve(const std::string& key) const;
+  int open_for_read(const std::string& key, std::uint64_t& size) const;
+  Temp create_temp(const std::string& key, const std::filesystem::path& target) const;
+  void commit(const std::string& key, Temp& temp, const std::filesystem::path& target) const;
+  std::optional<Bytes> read_now(const std::string& key, ByteRange range) const;
+  void write_now(const std::string& key, const Bytes& value) const;
+  void erase_now(const std::string& key) const;
+  bool exists_now(const std::string& key) const;
+  std::vector<std::string> list_now(const std::string& prefix) const;
+  void disable_uring(const char* why);
+  template <class F>
+  auto offload(F f);
+
+  boost::asio::any_io_executor io_;
+  std::filesystem::path root_;
+  unsigned threads_;
+  std::atomic<bool> uring_;
+  boost::asio::thread_pool pool_;
+};
+
+}  // namespace zarrcoro

@@ -1,0 +1,52 @@
+// An in-memory Store: a sorted map from key to value.
+//
+// Thread-safety: every method may be called concurrently from any thread; a
+// single mutex guards the map. Values are immutable once stored (shared
+// between the map and in-flight readers), so a get copies its range outside
+// the lock and a concurrent set never tears it.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include <zarrcoro/store.hpp>
+
+namespace zarrcoro {
+
+class MemoryStore : public Store {
+ public:
+  MemoryStore() = default;
+
+  // Success: a copy of the (clipped) range, or nullopt if absent.
+  // Failure: InvalidArgument for a bad key.
+  awaitable<std::optional<Bytes>> get(std::string key, ByteRange range = {}) override;
+  // Success: `value` is visible to every later get. Failure: InvalidArgument.
+  awaitable<void> set(std::string key, Bytes value) override;
+  // Success: the key is absent (also if it already was). Failure: InvalidArgument.
+  awaitable<void> erase(std::string key) override;
+  // Success: whether the key holds a value. Failure: InvalidArgument.
+  awaitable<bool> exists(std::string key) override;
+  // Success: keys starting with `prefix`, sorted. Never fails.
+  awaitable<std::vector<std::string>> list(std::string prefix) override;
+  // "memory://"
+  std::string url() const override;
+
+  // The number of keys stored.
+  std::size_t size() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, std::shared_ptr<const Bytes>, std::less<>> values_;
+};
+
+// The half-open byte interval [begin, end) that `range` selects from a value
+// of `size` bytes, clipped to the value (see Store::get). Shared by stores.
+struct ByteExtent {
+  std::uint64_t begin = 0, end = 0;
+  std::uint64_t size() const { return end - begin; }
+};
+ByteExtent clip(const ByteRange& range, std::uint64_t size);
+
+}  // namespace zarrcoro
