@@ -1,0 +1,607 @@
+// Arrays: the path of a read and a write (see shared DESIGN.md):
+// plan chunks -> fetch on the io_context (bounded) -> batches of codec work on
+// the pool -> (writes) store on the io_context.
+#include <zarrcoro/array.hpp>
+
+#include <charconv>
+
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_future.hpp>
+#include <spdlog/spdlog.h>
+
+#include <zarrcoro/error.hpp>
+#include <zarrcoro/runtime.hpp>
+
+#include "codecs/pipeline.hpp"
+#include "engine/engine_state.hpp"
+#include "engine/indexing.hpp"
+
+namespace zarrcoro {
+
+namespace asio = boost::asio;
+using asio::use_awaitable;
+using detail::ChunkPart;
+
+struct Array::State {
+  Runtime* rt;
+  std::shared_ptr<Store> store;
+  std::string path;
+  std::string prefix;  // "" or "path/"
+  ArrayMetadata meta;
+  std::shared_ptr<const codecs::CodecPipeline> pipeline;
+  Bytes fill;  // one element
+
+  std::string meta_key() const { return prefix + "zarr.json"; }
+  std::string chunk_key(std::span<const std::uint64_t> coords) const {
+    return prefix + meta.chunk_key_encoding.encode(coords);
+  }
+  std::uint64_t chunk_bytes() const { return pipeline->chunk_spec().num_bytes(); }
+};
+
+// ---- Region and NdArray ------------------------------------------------------
+
+Region Region::all(const std::vector<std::uint64_t>& shape) {
+  return {std::vector<std::uint64_t>(shape.size(), 0), shape};
+}
+
+std::vector<std::uint64_t> Region::shape() const {
+  std::vector<std::uint64_t> s(start.size());
+  for (std::size_t i = 0; i < s.size(); ++i) s[i] = stop[i] - start[i];
+  return s;
+}
+
+std::uint64_t Region::num_elements() const {
+  std::uint64_t n = 1;
+  for (std::size_t i = 0; i < start.size(); ++i) n *= stop[i] - start[i];
+  return n;
+}
+
+Region Region::parse(const std::string& text, const std::vector<std::uint64_t>& shape) {
+  Region r = all(shape);
+  if (text.empty()) return r;
+  std::vector<std::string> dims;
+  std::size_t pos = 0;
+  while (true) {
+    const auto comma = text.find(',', pos);
+    dims.push_back(text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  if (dims.size() != shape.size())
+    throw InvalidArgument("", "region",
+                          "'" + text + "' has " + std::to_string(dims.size()) +
+                              " dimensions, the array has " + std::to_string(shape.size()));
+  auto num = [&](std::string_view s, std::uint64_t dflt) {
+    if (s.empty()) return dflt;
+    std::uint64_t v = 0;
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc() || p != s.data() + s.size())
+      throw InvalidArgument("", "region", "'" + std::string(s) + "' is not a non-negative integer");
+    return v;
+  };
+  for (std::size_t d = 0; d < dims.size(); ++d) {
+    const std::string_view s = dims[d];
+    const auto colon = s.find(':');
+    if (colon == std::string_view::npos) {
+      r.start[d] = num(s, 0);
+      r.stop[d] = r.start[d] + 1;
+    } else {
+      r.start[d] = num(s.substr(0, colon), 0);
+      r.stop[d] = num(s.substr(colon + 1), shape[d]);
+    }
+    if (r.start[d] > r.stop[d] || r.stop[d] > shape[d])
+      throw InvalidArgument("", "region",
+                            "'" + std::string(s) + "' is outside [0, " + std::to_string(shape[d]) +
+                                ") in dimension " + std::to_string(d));
+  }
+  return r;
+}
+
+std::uint64_t NdArray::num_elements() const {
+  std::uint64_t n = 1;
+  for (auto s : shape) n *= s;
+  return n;
+}
+
+// ---- chunk operations ------------------------------------------------------
+namespace {
+
+// Rethrows a codec error with the chunk key filled in.
+[[noreturn]] void rethrow_with_key(std::exception_ptr e, const std::string& key) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const Error& err) {
+    if (!err.key().empty()) throw;
+    throw Error(err.code(), key, err.field(), err.detail());
+  }
+}
+
+// Common driver of a read or write over many chunks, running on one strand.
+// Chunk flows are spawned while the in-flight byte budget allows; each flow
+// fetches its chunk and "arrives"; arrived chunks are handed to the scheduler
+// in batches of up to batch_chunks, and a partial batch only when no other
+// flow of this call can arrive without waiting (so a call touching N chunks
+// makes at most ceil(N / batch_chunks) submissions when nothing waits).
+class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
+ public:
+  using Strand = asio::strand<asio::io_context::executor_type>;
+
+  ChunkOp(std::shared_ptr<const Array::State> st, std::vector<ChunkPart> parts)
+      : st_(std::move(st)),
+        engine_(st_->rt->engine()),
+        strand_(asio::make_strand(st_->rt->io_context())),
+        parts_(std::move(parts)),
+        batch_chunks_(std::max<std::size_t>(1, st_->rt->options().batch_chunks)) {}
+  virtual ~ChunkOp() = default;
+
+  Strand strand() const { return strand_; }
+
+  // Runs the whole operation; call on strand().
+  asio::awaitable<void> run() {
+    auto self = shared_from_this();
+    remaining_ = parts_.size();
+    const std::size_t budget = st_->chunk_bytes() * budget_factor();
+    for (std::size_t i = 0; i < parts_.size(); ++i) {
+      if (!engine_.bytes.try_acquire(budget)) {
+        spawner_idle_ = true;
+        maybe_flush();
+        co_await engine_.bytes.acquire(budget);
+        spawner_idle_ = false;
+      }
+      ++active_;
+      asio::co_spawn(strand_, flow(self, i), [](std::exception_ptr e) {
+        if (e) spdlog::error("zarrcoro: chunk flow failed unexpectedly");
+      });
+    }
+    spawner_idle_ = true;
+    maybe_flush();
+    if (remaining_ > 0) co_await done_.wait();
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ protected:
+  // Per-chunk stages, implemented by reads and writes.
+  virtual asio::awaitable<void> fetch(std::size_t i) = 0;  // on strand
+  virtual detail::ChunkTask& task(std::size_t i) = 0;
+  virtual bool has_finish() const { return false; }
+  virtual asio::awaitable<void> finish(std::size_t i) { co_return; }  // on strand, after codec work
+  virtual std::size_t budget_factor() const { return 1; }
+
+  void fail(std::exception_ptr e) {
+    if (!error_) error_ = e;
+  }
+
+  // A flow that cannot proceed without waiting on another call (a key lock)
+  // must step out of `active_` so that this call's ready chunks still flush.
+  void suspend_active() {
+    --active_;
+    maybe_flush();
+  }
+  void resume_active() { ++active_; }
+
+  std::shared_ptr<const Array::State> st_;
+  detail::EngineState& engine_;
+  Strand strand_;
+  std::vector<ChunkPart> parts_;
+
+ private:
+  // One chunk: fetch, then wait for the batch, then finish.
+  static asio::awaitable<void> flow(std::shared_ptr<ChunkOp> self, std::size_t i) {
+    try {
+      co_await self->fetch(i);
+    } catch (...) {
+      self->fail(std::current_exception());
+      self->task(i).computes = false;
+      self->skip_.push_back(i);
+    }
+    --self->active_;
+    self->pending_.push_back(i);
+    self->maybe_flush();
+  }
+
+  void maybe_flush() {
+    while (pending_.size() >= batch_chunks_) submit(batch_chunks_);
+    if (!pending_.empty() && active_ == 0 && spawner_idle_)
+      while (!pending_.empty()) submit(std::min(batch_chunks_, pending_.size()));
+  }
+
+  void submit(std::size_t n) {
+    auto batch = std::make_shared<detail::TaskBatch>();
+    std::vector<std::size_t> ids(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(n));
+    pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(n));
+    for (auto i : ids) {
+      if (std::find(skip_.begin(), skip_.end(), i) == skip_.end()) batch->tasks.push_back(&task(i));
+    }
+    auto self = shared_from_this();
+    batch->on_done = [self, ids = std::move(ids)]() mutable {
+      asio::co_spawn(self->strand_, after_batch(self, std::move(ids)), asio::detached);
+    };
+    engine_.scheduler.submit(std::move(batch));
+  }
+
+  // On the strand, after a batch's codec work: record errors, then finish
+  // (store) its chunks concurrently; each finished chunk returns its budget.
+  static asio::awaitable<void> after_batch(std::shared_ptr<ChunkOp> self, std::vector<std::size_t> ids) {
+    for (auto i : ids) {
+      if (auto& t = self->task(i); t.error) self->fail(t.error);
+      if (self->has_finish()) asio::co_spawn(self->strand_, finish_one(self, i), asio::detached);
+      else self->chunk_done();
+    }
+    co_return;
+  }
+
+  static asio::awaitable<void> finish_one(std::shared_ptr<ChunkOp> self, std::size_t i) {
+    try {
+      co_await self->finish(i);
+    } catch (...) {
+      self->fail(std::current_exception());
+    }
+    self->chunk_done();
+  }
+
+  void chunk_done() {
+    engine_.bytes.release(st_->chunk_bytes() * budget_factor());
+    if (--remaining_ == 0) done_.notify();
+  }
+
+  // A one-shot completion for the awaiting run().
+  struct Done {
+    std::optional<detail::Waiter> waiter;
+    bool fired = false;
+    asio::awaitable<void> wait() {
+      if (fired) co_return;
+      co_await asio::async_initiate<decltype(use_awaitable), void()>(
+          [this](auto h) { waiter.emplace(std::move(h)); }, use_awaitable);
+    }
+    void notify() {
+      fired = true;
+      if (waiter) {
+        auto w = std::move(*waiter);
+        waiter.reset();
+        detail::wake(std::move(w));
+      }
+    }
+  };
+
+  std::size_t batch_chunks_;
+  std::size_t active_ = 0, remaining_ = 0;
+  bool spawner_idle_ = false;
+  std::vector<std::size_t> pending_, skip_;
+  std::exception_ptr error_;
+  Done done_;
+};
+
+// ---- reads -------------------------------------------------------------------
+
+class ReadOp final : public ChunkOp {
+ public:
+  ReadOp(std::shared_ptr<const Array::State> st, std::vector<ChunkPart> parts, Region region,
+         MutableByteSpan out)
+      : ChunkOp(std::move(st), std::move(parts)), region_shape_(region.shape()), out_(out) {
+    tasks_.reserve(parts_.size());
+    for (std::size_t i = 0; i < parts_.size(); ++i) tasks_.emplace_back(this, i);
+  }
+
+ private:
+  struct Task final : detail::ChunkTask {
+    Task(ReadOp* op, std::size_t i) : op(op), i(i) {}
+    void run() override { op->decode(i, encoded); }
+    ReadOp* op;
+    std::size_t i;
+    std::optional<Bytes> encoded;
+  };
+
+  asio::awaitable<void> fetch(std::size_t i) override {
+    const std::string key = st_->chunk_key(parts_[i].coords);
+    if (!engine_.requests.try_acquire(1)) co_await engine_.requests.acquire(1);
+    std::optional<Bytes> v;
+    try {
+      v = co_await st_->store->get(key);
+    } catch (...) {
+      engine_.requests.release(1);
+      throw;
+    }
+    engine_.requests.release(1);
+    auto& t = tasks_[i];
+    const auto& p = parts_[i];
+    std::uint64_t n = st_->meta.data_type.size();
+    for (auto s : p.shape) n *= s;
+    t.bytes = v ? std::max<std::uint64_t>(n, st_->chunk_bytes()) : n;
+    t.computes = v && !st_->pipeline->is_trivial();
+    t.encoded = std::move(v);
+  }
+
+  detail::ChunkTask& task(std::size_t i) override { return tasks_[i]; }
+
+  // On a pool thread (or inline when there is nothing to compute).
+  void decode(std::size_t i, std::optional<Bytes>& encoded) {
+    const ChunkPart& p = parts_[i];
+    const auto& spec = st_->pipeline->chunk_spec();
+    const std::size_t es = spec.dtype.size();
+    const auto& region = region_shape_;
+    if (!encoded) {
+      detail::fill_box(out_.data(), region, p.out_start, p.shape, st_->fill.data(), es);
+      return;
+    }
+    try {
+      // Decode straight into the output when the part is the whole chunk and
+      // lands contiguously there; otherwise through a per-thread scratch chunk.
+      const bool direct = direct_target(p, spec.shape);
+      if (direct) {
+        std::uint64_t off = 0, stride = es;
+        for (std::size_t d = region.size(); d-- > 0;) {
+          off += p.out_start[d] * stride;
+          stride *= region[d];
+        }
+        st_->pipeline->decode(*encoded, out_.subspan(off, st_->chunk_bytes()));
+      } else {
+        thread_local Bytes scratch;
+        scratch.resize(st_->chunk_bytes());
+        st_->pipeline->decode(*encoded, scratch);
+        detail::copy_box(scratch.data(), spec.shape, p.chunk_start, out_.data(), region, p.out_start,
+                         p.shape, es);
+      }
+    } catch (...) {
+      rethrow_with_key(std::current_exception(), st_->chunk_key(p.coords));
+    }
+    encoded.reset();  // free the encoded bytes early
+  }
+
+  // True if the chunk's full extent equals the part and is contiguous in out.
+  bool direct_target(const ChunkPart& p, const std::vector<std::uint64_t>& chunk) const {
+    const auto& region = region_shape_;
+    for (std::size_t d = 0; d < chunk.size(); ++d)
+      if (p.shape[d] != chunk[d]) return false;
+    // Contiguous iff all dims after the first non-singleton one match the region.
+    std::size_t d = 0;
+    while (d < chunk.size() && chunk[d] == 1) ++d;
+    for (++d; d < chunk.size(); ++d)
+      if (chunk[d] != region[d]) return false;
+    return true;
+  }
+
+  std::vector<std::uint64_t> region_shape_;
+  MutableByteSpan out_;
+  std::vector<Task> tasks_;
+};
+
+// ---- writes ------------------------------------------------------------------
+
+class WriteOp final : public ChunkOp {
+ public:
+  WriteOp(std::shared_ptr<const Array::State> st, std::vector<ChunkPart> parts, Region region,
+          ByteSpan in)
+      : ChunkOp(std::move(st), std::move(parts)), region_shape_(region.shape()), in_(in) {
+    tasks_.reserve(parts_.size());
+    for (std::size_t i = 0; i < parts_.size(); ++i) tasks_.emplace_back(this, i);
+  }
+
+ private:
+  struct Task final : detail::ChunkTask {
+    Task(WriteOp* op, std::size_t i) : op(op), i(i) {}
+    void run() override { op->encode(i); }
+    WriteOp* op;
+    std::size_t i;
+    std::string key;
+    bool locked = false;
+    std::optional<Bytes> existing;
+    Bytes encoded;
+    bool erase = false;
+  };
+
+  bool has_finish() const override { return true; }
+
+  // Encoded existing chunk + decoded chunk + encoded output.
+  std::size_t budget_factor() const override { return 2; }
+
+  asio::awaitable<void> fetch(std::size_t i) override {
+    auto& t = tasks_[i];
+    t.key = st_->chunk_key(parts_[i].coords);
+    if (!engine_.key_locks.try_lock(t.key)) {
+      suspend_active();
+      co_await engine_.key_locks.lock(t.key);
+      resume_active();
+    }
+    t.locked = true;
+    t.bytes = st_->chunk_bytes();
+    t.computes = !st_->pipeline->is_trivial();
+    if (!parts_[i].whole_chunk) {
+      if (!engine_.requests.try_acquire(1)) co_await engine_.requests.acquire(1);
+      try {
+        t.existing = co_await st_->store->get(t.key);
+      } catch (...) {
+        engine_.requests.release(1);
+        unlock(t);
+        throw;
+      }
+      engine_.requests.release(1);
+    }
+  }
+
+  detail::ChunkTask& task(std::size_t i) override { return tasks_[i]; }
+
+  void encode(std::size_t i) {
+    auto& t = tasks_[i];
+    const ChunkPart& p = parts_[i];
+    const auto& spec = st_->pipeline->chunk_spec();
+    const std::size_t es = spec.dtype.size();
+    try {
+      thread_local Bytes chunk;
+      chunk.resize(st_->chunk_bytes());
+      if (t.existing) {
+        st_->pipeline->decode(*t.existing, chunk);
+        t.existing.reset();
+      } else if (!std::equal(p.shape.begin(), p.shape.end(), spec.shape.begin())) {
+        // New chunk (or an edge chunk): out-of-bounds and untouched parts hold the fill value.
+        detail::fill_elements(chunk.data(), spec.num_elements(), st_->fill.data(), es);
+      }
+      detail::copy_box(in_.data(), region_shape_, p.out_start, chunk.data(), spec.shape, p.chunk_start,
+                       p.shape, es);
+      if (detail::all_equal(chunk, st_->fill.data(), es)) {
+        t.erase = true;
+        return;
+      }
+      st_->pipeline->encode(chunk, t.encoded);
+    } catch (...) {
+      rethrow_with_key(std::current_exception(), t.key);
+    }
+  }
+
+  asio::awaitable<void> finish(std::size_t i) override {
+    auto& t = tasks_[i];
+    if (!t.locked) co_return;  // its fetch failed
+    try {
+      if (!t.error) {
+        if (t.erase) co_await st_->store->erase(t.key);
+        else co_await st_->store->set(t.key, std::move(t.encoded));
+      }
+    } catch (...) {
+      unlock(t);
+      throw;
+    }
+    unlock(t);
+  }
+
+  void unlock(Task& t) {
+    if (t.locked) engine_.key_locks.unlock(t.key);
+    t.locked = false;
+  }
+
+  std::vector<std::uint64_t> region_shape_;
+  ByteSpan in_;
+  std::vector<Task> tasks_;
+};
+
+void check_region(const ArrayMetadata& m, const Region& r, std::size_t buffer_bytes) {
+  if (r.start.size() != m.rank() || r.stop.size() != m.rank())
+    throw InvalidArgument("", "region", "rank does not match the array's rank " + std::to_string(m.rank()));
+  for (std::size_t d = 0; d < m.rank(); ++d)
+    if (r.start[d] > r.stop[d] || r.stop[d] > m.shape[d])
+      throw InvalidArgument("", "region",
+                            "[" + std::to_string(r.start[d]) + ", " + std::to_string(r.stop[d]) +
+                                ") is outside [0, " + std::to_string(m.shape[d]) + ") in dimension " +
+                                std::to_string(d));
+  const std::uint64_t need = r.num_elements() * m.data_type.size();
+  if (buffer_bytes != need)
+    throw InvalidArgument("", "buffer",
+                          "is " + std::to_string(buffer_bytes) + " bytes, the region needs " +
+                              std::to_string(need));
+}
+
+template <class Op, class Buffer>
+asio::awaitable<void> run_op(std::shared_ptr<const Array::State> st, Region region, Buffer buf) {
+  check_region(st->meta, region, buf.size());
+  auto parts = detail::plan_chunks(st->meta.shape, st->meta.chunk_shape, region);
+  if (parts.empty()) co_return;
+  auto op = std::make_shared<Op>(st, std::move(parts), region, buf);
+  co_await asio::co_spawn(op->strand(), op->run(), use_awaitable);
+}
+
+void check_not_runtime_thread(Runtime& rt) {
+  if (rt.on_io_thread() || rt.on_codec_thread())
+    throw InvalidArgument("", "", "a blocking call on a runtime thread would deadlock; co_await the "
+                                  "async API instead");
+}
+
+template <class T>
+T wait(Runtime& rt, asio::awaitable<T> a) {
+  check_not_runtime_thread(rt);
+  return asio::co_spawn(rt.io_executor(), std::move(a), asio::use_future).get();
+}
+
+}  // namespace
+
+// ---- Array ---------------------------------------------------------------------
+
+namespace {
+std::string prefix_of(const std::string& path) {
+  if (path.empty()) return "";
+  validate_key(path);
+  return path + "/";
+}
+
+std::shared_ptr<Array::State> make_state(Runtime& rt, std::shared_ptr<Store> store, std::string path,
+                                         ArrayMetadata meta) {
+  auto st = std::make_shared<Array::State>();
+  st->rt = &rt;
+  st->store = std::move(store);
+  st->prefix = prefix_of(path);
+  st->path = std::move(path);
+  meta.validate(st->meta_key());
+  if (meta.fill_value.empty()) meta.fill_value.assign(meta.data_type.size(), std::byte{0});
+  st->fill = meta.fill_value;
+  codecs::ArraySpec spec{meta.data_type, meta.chunk_shape};
+  try {
+    st->pipeline = codecs::CodecPipeline::from_json(meta.codecs, spec);
+  } catch (const Error& e) {
+    throw Error(e.code(), st->prefix + "zarr.json", e.field(), e.detail());
+  }
+  st->meta = std::move(meta);
+  st->meta.codecs = st->pipeline->to_json();
+  return st;
+}
+}  // namespace
+
+asio::awaitable<Array> Array::open(Runtime& rt, std::shared_ptr<Store> store, std::string path) {
+  const std::string key = prefix_of(path) + "zarr.json";
+  auto doc = co_await store->get(key);
+  if (!doc) throw NotFound(key, "", "no array metadata at '" + key + "'");
+  const auto j = parse_json({reinterpret_cast<const char*>(doc->data()), doc->size()}, key);
+  co_return Array(make_state(rt, std::move(store), std::move(path), ArrayMetadata::from_json(j, key)));
+}
+
+asio::awaitable<Array> Array::create(Runtime& rt, std::shared_ptr<Store> store, std::string path,
+                                     ArrayMetadata metadata) {
+  auto st = make_state(rt, store, std::move(path), std::move(metadata));
+  const std::string text = dump_json(st->meta.to_json());
+  co_await store->set(st->meta_key(), Bytes(reinterpret_cast<const std::byte*>(text.data()),
+                                            reinterpret_cast<const std::byte*>(text.data() + text.size())));
+  co_return Array(std::move(st));
+}
+
+Array Array::open_blocking(Runtime& rt, std::shared_ptr<Store> store, std::string path) {
+  return wait(rt, open(rt, std::move(store), std::move(path)));
+}
+
+Array Array::create_blocking(Runtime& rt, std::shared_ptr<Store> store, std::string path,
+                             ArrayMetadata metadata) {
+  return wait(rt, create(rt, std::move(store), std::move(path), std::move(metadata)));
+}
+
+const ArrayMetadata& Array::metadata() const { return state_->meta; }
+const std::string& Array::path() const { return state_->path; }
+const std::shared_ptr<Store>& Array::store() const { return state_->store; }
+std::string Array::chunk_key(std::span<const std::uint64_t> coords) const { return state_->chunk_key(coords); }
+std::string Array::describe_codecs() const { return state_->pipeline->describe(); }
+
+asio::awaitable<void> Array::read(Region region, MutableByteSpan out) const {
+  co_await run_op<ReadOp>(state_, std::move(region), out);
+}
+
+asio::awaitable<NdArray> Array::read(Region region) const {
+  NdArray a{dtype(), region.shape(), {}};
+  a.data.resize(region.num_elements() * dtype().size());
+  co_await read(std::move(region), MutableByteSpan(a.data));
+  co_return a;
+}
+
+asio::awaitable<void> Array::write(Region region, ByteSpan in) const {
+  co_await run_op<WriteOp>(state_, std::move(region), in);
+}
+
+void Array::read_blocking(const Region& region, MutableByteSpan out) const {
+  wait(*state_->rt, read(region, out));
+}
+
+NdArray Array::read_blocking(const Region& region) const { return wait(*state_->rt, read(region)); }
+
+void Array::write_blocking(const Region& region, ByteSpan in) const {
+  wait(*state_->rt, write(region, in));
+}
+
+}  // namespace zarrcoro

@@ -1,0 +1,136 @@
+// Zarr arrays: open, create, read and write rectangular regions.
+//
+// Thread-safety: an Array is a cheap, copyable handle to immutable metadata
+// and a prepared codec pipeline; every method may be called concurrently from
+// any thread or coroutine. Concurrent writes that touch the same chunk are
+// serialized per chunk key inside the engine (no lost updates); writes to
+// overlapping regions land in an unspecified order.
+//
+// Two APIs over the same engine:
+//  - async: methods returning `awaitable<...>`; they may be awaited from a
+//    coroutine on any executor and resume on that executor.
+//  - blocking: `*_blocking` methods wait for the result. They may be called
+//    from many threads at once, but not from an I/O or codec thread of the
+//    runtime (that would deadlock): there they throw InvalidArgument.
+//
+// Layout: buffers are C order, native byte order, `data_type.size()` bytes
+// per element; a region's buffer holds exactly region.num_elements()
+// elements. Missing chunks read as fill_value. A chunk whose every byte
+// equals the fill value's bytes is not stored (an existing one is erased).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <zarrcoro/bytes.hpp>
+#include <zarrcoro/dtype.hpp>
+#include <zarrcoro/metadata.hpp>
+#include <zarrcoro/store.hpp>
+
+namespace zarrcoro {
+
+class Runtime;
+
+// A box selection: per dimension the half-open element range [start, stop).
+struct Region {
+  std::vector<std::uint64_t> start, stop;
+
+  static Region all(const std::vector<std::uint64_t>& shape);
+  std::vector<std::uint64_t> shape() const;
+  std::uint64_t num_elements() const;
+  // Parses "0:10,5:20" (":" alone or empty means the whole dimension; a
+  // single index "3" means 3:4) against `shape`. Raises InvalidArgument.
+  static Region parse(const std::string& text, const std::vector<std::uint64_t>& shape);
+};
+
+// An owned n-d array: C order, native byte order.
+struct NdArray {
+  DataType dtype;
+  std::vector<std::uint64_t> shape;
+  Bytes data;
+
+  std::uint64_t num_elements() const;
+  template <class T>
+  std::span<T> as() {
+    return {reinterpret_cast<T*>(data.data()), data.size() / sizeof(T)};
+  }
+  template <class T>
+  std::span<const T> as() const {
+    return {reinterpret_cast<const T*>(data.data()), data.size() / sizeof(T)};
+  }
+};
+
+class Array {
+ public:
+  // An empty handle, to be assigned from open() or create().
+  Array() = default;
+
+  // Opens the array at `path` ("" = the store root; "a/b" otherwise).
+  // Raises NotFound if there is no metadata document, InvalidMetadata /
+  // UnsupportedError if it cannot be used (both naming key and field).
+  static awaitable<Array> open(Runtime& rt, std::shared_ptr<Store> store, std::string path);
+  // Writes `metadata` (validated first) and returns the array. Existing
+  // chunks under `path` are left alone.
+  static awaitable<Array> create(Runtime& rt, std::shared_ptr<Store> store, std::string path,
+                                 ArrayMetadata metadata);
+  static Array open_blocking(Runtime& rt, std::shared_ptr<Store> store, std::string path);
+  static Array create_blocking(Runtime& rt, std::shared_ptr<Store> store, std::string path,
+                               ArrayMetadata metadata);
+
+  const ArrayMetadata& metadata() const;
+  const std::string& path() const;
+  const std::shared_ptr<Store>& store() const;
+  DataType dtype() const { return metadata().data_type; }
+  const std::vector<std::uint64_t>& shape() const { return metadata().shape; }
+  // The store key of a chunk, e.g. "a/c/0/1".
+  std::string chunk_key(std::span<const std::uint64_t> chunk_coords) const;
+  // A short text of the codec chain, e.g. "bytes(little),zstd(3)".
+  std::string describe_codecs() const;
+
+  // Reads `region` into `out` (region.num_elements() * dtype().size() bytes).
+  // Raises InvalidArgument (region out of bounds, wrong buffer size),
+  // CorruptChunk (key = chunk key, field = codec), StoreError.
+  awaitable<void> read(Region region, MutableByteSpan out) const;
+  awaitable<NdArray> read(Region region) const;
+  // Writes `in` (region.num_elements() * dtype().size() bytes) to `region`.
+  // The caller keeps `in` alive until the awaitable completes.
+  awaitable<void> write(Region region, ByteSpan in) const;
+
+  void read_blocking(const Region& region, MutableByteSpan out) const;
+  NdArray read_blocking(const Region& region) const;
+  void write_blocking(const Region& region, ByteSpan in) const;
+
+  struct State;  // engine internal
+
+ private:
+  explicit Array(std::shared_ptr<const State> state) : state_(std::move(state)) {}
+  std::shared_ptr<const State> state_;
+};
+
+// Groups (Zarr v3 core spec, "Group metadata").
+class Group {
+ public:
+  Group() = default;  // an empty handle, to be assigned from open() or create()
+
+  // Raises NotFound / InvalidMetadata like Array::open.
+  static awaitable<Group> open(Runtime& rt, std::shared_ptr<Store> store, std::string path);
+  static awaitable<Group> create(Runtime& rt, std::shared_ptr<Store> store, std::string path,
+                                 nlohmann::json attributes = nlohmann::json::object());
+  static Group open_blocking(Runtime& rt, std::shared_ptr<Store> store, std::string path);
+  static Group create_blocking(Runtime& rt, std::shared_ptr<Store> store, std::string path,
+                               nlohmann::json attributes = nlohmann::json::object());
+
+  const std::string& path() const { return path_; }
+  const nlohmann::json& attributes() const { return attributes_; }
+  int zarr_format() const { return 3; }
+
+ private:
+  Group(std::string path, nlohmann::json attrs) : path_(std::move(path)), attributes_(std::move(attrs)) {}
+  std::string path_;
+  nlohmann::json attributes_;
+};
+
+}  // namespace zarrcoro

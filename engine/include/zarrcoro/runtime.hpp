@@ -1,0 +1,107 @@
+// The runtime: an io_context for all store I/O and a separate thread pool for
+// codec work, with the limits that bound them.
+//
+// Thread-safety: all methods are thread-safe. A Runtime must outlive every
+// Array, Group and Store that uses its executors; destroying it stops its
+// threads (owned io_context) and waits for pool work to finish.
+//
+// Scheduling contract (the heart of the engine):
+//  - Codec compute (gzip, zstd, crc32c, transpose, byte-swapping `bytes`)
+//    never runs on an I/O thread.
+//  - Chunk work reaches the pool in batches: a call touching N chunks makes at
+//    most ceil(N / batch_chunks) pool submissions, and concurrent calls share
+//    batches. A batch may fan out over the pool's threads internally.
+//  - A batch with nothing to compute (native-order `bytes` only, missing
+//    chunks) of at most `inline_bytes` runs on the I/O thread without a hop.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include <boost/asio/any_io_executor.hpp>
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace zarrcoro {
+
+namespace detail {
+struct EngineState;
+}
+
+// Where chunk codec work runs. `batched` is the design; the others exist so
+// perf/concurrent_reads can show the alternatives side by side.
+enum class Dispatch : std::uint8_t {
+  batched,    // one pool submission per batch, shared by concurrent calls
+  per_chunk,  // one pool submission per chunk
+  inline_io,  // decode on the I/O thread (what the design avoids)
+};
+
+struct RuntimeOptions {
+  unsigned io_threads = 1;     // threads running the owned io_context
+  unsigned codec_threads = 0;  // codec pool size; 0 = std::thread::hardware_concurrency()
+  std::size_t max_inflight_requests = 64;              // concurrent store requests
+  std::size_t max_inflight_bytes = std::size_t{256} << 20;  // decoded-chunk memory budget
+  std::size_t batch_chunks = 16;                       // chunks per pool submission
+  std::size_t batch_bytes = std::size_t{64} << 20;     // decoded bytes per pool submission
+  std::size_t inline_bytes = std::size_t{256} << 10;   // trivial batches up to this run inline
+  Dispatch dispatch = Dispatch::batched;
+  std::chrono::microseconds lag_probe_interval{5000};  // 0 disables the loop-lag probe
+};
+
+// Monotonic counters since construction or reset_stats().
+struct RuntimeStats {
+  std::uint64_t pool_submissions = 0;   // batches posted to the codec pool
+  std::uint64_t fanout_posts = 0;       // extra posts that spread one batch over threads
+  std::uint64_t inline_batches = 0;     // batches run on the I/O thread without a hop
+  std::uint64_t chunks = 0;             // chunk tasks executed (pool or inline)
+  std::uint64_t codec_calls = 0;        // chunk encodes/decodes that computed something
+  std::uint64_t codec_calls_on_io_thread = 0;  // of those, run on an I/O thread (must stay 0)
+  std::uint64_t pool_queue_depth = 0;   // batches submitted but not finished (a gauge)
+};
+
+// Lateness of a periodic timer on the io_context: how long a ready handler
+// waits behind others. Microseconds.
+struct LoopLag {
+  double p50_us = 0, p99_us = 0, max_us = 0;
+  std::uint64_t samples = 0;
+};
+
+class Runtime {
+ public:
+  // Owns an io_context run by `io_threads` threads and a codec pool.
+  explicit Runtime(RuntimeOptions options = {});
+  // Adopts a service's io_context, which the caller keeps running (its threads
+  // count as I/O threads for the contract above); io_threads is ignored.
+  explicit Runtime(boost::asio::io_context& io, RuntimeOptions options = {});
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  boost::asio::io_context& io_context();
+  boost::asio::any_io_executor io_executor();
+  boost::asio::any_io_executor codec_executor();
+  const RuntimeOptions& options() const;
+  unsigned codec_threads() const;
+
+  // True on a thread currently running the io_context.
+  bool on_io_thread() const;
+  // True on one of the codec pool's threads.
+  bool on_codec_thread() const;
+
+  RuntimeStats stats() const;
+  void reset_stats();
+  LoopLag loop_lag() const;
+  void reset_loop_lag();
+
+  detail::EngineState& engine();  // engine internal: scheduler, limits, key locks
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace zarrcoro

@@ -1,0 +1,162 @@
+// Runtime: the io_context, the codec pool, their threads, and the loop-lag probe.
+#include <zarrcoro/runtime.hpp>
+
+#include <algorithm>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
+
+#include "engine/engine_state.hpp"
+
+namespace zarrcoro {
+
+namespace asio = boost::asio;
+
+struct Runtime::Impl {
+  RuntimeOptions options;
+  std::unique_ptr<asio::io_context> owned_io;
+  asio::io_context* io;
+  unsigned threads;
+  asio::thread_pool pool;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> guard;
+  std::vector<std::thread> io_threads;
+  detail::EngineState engine;
+
+  // Loop-lag probe: a periodic timer whose lateness is sampled.
+  asio::steady_timer lag_timer;
+  std::chrono::steady_clock::time_point lag_due;
+  mutable std::mutex lag_mu;
+  std::vector<float> lag_samples;  // ring buffer, microseconds
+  std::size_t lag_next = 0;
+  double lag_max = 0;
+  std::uint64_t lag_count = 0;
+  bool stopping = false;
+
+  static unsigned codec_threads(const RuntimeOptions& o) {
+    return o.codec_threads ? o.codec_threads : std::max(1u, std::thread::hardware_concurrency());
+  }
+
+  Impl(RuntimeOptions o, asio::io_context* adopted)
+      : options(o),
+        owned_io(adopted ? nullptr : std::make_unique<asio::io_context>()),
+        io(adopted ? adopted : owned_io.get()),
+        threads(codec_threads(o)),
+        pool(threads),
+        engine(io->get_executor(), pool, threads, options,
+               [io = io] { return io->get_executor().running_in_this_thread(); }),
+        lag_timer(*io) {
+    if (options.lag_probe_interval.count() > 0) {
+      lag_samples.reserve(1 << 16);
+      arm_lag_probe();
+    }
+    if (owned_io) {
+      guard.emplace(io->get_executor());
+      for (unsigned i = 0; i < std::max(1u, options.io_threads); ++i)
+        io_threads.emplace_back([this] { io->run(); });
+    }
+  }
+
+  void arm_lag_probe() {
+    lag_due = std::chrono::steady_clock::now() + options.lag_probe_interval;
+    lag_timer.expires_at(lag_due);
+    lag_timer.async_wait([this](boost::system::error_code ec) {
+      if (ec) return;
+      const double late =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - lag_due).count();
+      {
+        std::lock_guard lk(lag_mu);
+        if (lag_samples.size() < (1u << 16)) lag_samples.push_back(static_cast<float>(late));
+        else lag_samples[lag_next++ % lag_samples.size()] = static_cast<float>(late);
+        lag_max = std::max(lag_max, late);
+        ++lag_count;
+        if (stopping) return;
+      }
+      arm_lag_probe();
+    });
+  }
+
+  ~Impl() {
+    {
+      std::lock_guard lk(lag_mu);
+      stopping = true;
+    }
+    // Cancel the probe on the loop's own thread(s) to avoid racing it. An
+    // adopted io_context must not be running while its Runtime is destroyed.
+    if (owned_io) asio::post(*io, [this] { lag_timer.cancel(); });
+    else lag_timer.cancel();
+    pool.join();
+    if (owned_io) {
+      guard.reset();
+      for (auto& t : io_threads) t.join();
+    }
+  }
+};
+
+Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>(options, nullptr)) {}
+Runtime::Runtime(asio::io_context& io, RuntimeOptions options)
+    : impl_(std::make_unique<Impl>(options, &io)) {}
+Runtime::~Runtime() = default;
+
+asio::io_context& Runtime::io_context() { return *impl_->io; }
+asio::any_io_executor Runtime::io_executor() { return impl_->io->get_executor(); }
+asio::any_io_executor Runtime::codec_executor() { return impl_->pool.get_executor(); }
+const RuntimeOptions& Runtime::options() const { return impl_->options; }
+unsigned Runtime::codec_threads() const { return impl_->threads; }
+bool Runtime::on_io_thread() const { return impl_->io->get_executor().running_in_this_thread(); }
+bool Runtime::on_codec_thread() const { return impl_->pool.get_executor().running_in_this_thread(); }
+detail::EngineState& Runtime::engine() { return impl_->engine; }
+
+RuntimeStats Runtime::stats() const {
+  const auto& c = impl_->engine.scheduler.counters();
+  RuntimeStats s;
+  s.pool_submissions = c.pool_submissions.load();
+  s.fanout_posts = c.fanout_posts.load();
+  s.inline_batches = c.inline_batches.load();
+  s.chunks = c.chunks.load();
+  s.codec_calls = c.codec_calls.load();
+  s.codec_calls_on_io_thread = c.codec_calls_on_io_thread.load();
+  s.pool_queue_depth = c.queue_depth.load();
+  return s;
+}
+
+void Runtime::reset_stats() {
+  auto& c = impl_->engine.scheduler.counters();
+  for (auto* a : {&c.pool_submissions, &c.fanout_posts, &c.inline_batches, &c.chunks,
+                  &c.codec_calls, &c.codec_calls_on_io_thread})
+    a->store(0);
+}
+
+LoopLag Runtime::loop_lag() const {
+  std::vector<float> v;
+  LoopLag out;
+  {
+    std::lock_guard lk(impl_->lag_mu);
+    v = impl_->lag_samples;
+    out.max_us = impl_->lag_max;
+    out.samples = impl_->lag_count;
+  }
+  if (v.empty()) return out;
+  auto pct = [&](double p) {
+    const auto k = static_cast<std::size_t>(p * static_cast<double>(v.size() - 1));
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
+    return static_cast<double>(v[k]);
+  };
+  out.p50_us = pct(0.50);
+  out.p99_us = pct(0.99);
+  return out;
+}
+
+void Runtime::reset_loop_lag() {
+  std::lock_guard lk(impl_->lag_mu);
+  impl_->lag_samples.clear();
+  impl_->lag_next = 0;
+  impl_->lag_max = 0;
+  impl_->lag_count = 0;
+}
+
+}  // namespace zarrcoro

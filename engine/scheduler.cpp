@@ -1,0 +1,158 @@
+// Batching of chunk codec work onto the codec pool (see scheduler.hpp).
+#include "engine/scheduler.hpp"
+
+#include <algorithm>
+
+#include <boost/asio/post.hpp>
+#include <spdlog/spdlog.h>
+
+namespace zarrcoro::detail {
+
+std::size_t TaskBatch::bytes() const {
+  std::size_t n = 0;
+  for (auto* t : tasks) n += t->bytes;
+  return n;
+}
+
+bool TaskBatch::computes() const {
+  return std::any_of(tasks.begin(), tasks.end(), [](auto* t) { return t->computes; });
+}
+
+// One pool submission: the tasks of one or more batches, taken by the pool's
+// threads through a shared index.
+struct Scheduler::PoolJob {
+  struct Item {
+    ChunkTask* task;
+    std::size_t batch;  // index into batches
+  };
+  std::vector<std::shared_ptr<TaskBatch>> batches;
+  std::vector<Item> items;
+  std::vector<std::atomic<std::size_t>> left;  // per batch: tasks not yet run
+  std::atomic<std::size_t> next{0}, done{0};
+};
+
+Scheduler::Scheduler(boost::asio::any_io_executor io, boost::asio::thread_pool& pool,
+                     unsigned pool_threads, const RuntimeOptions& options,
+                     std::function<bool()> on_io_thread)
+    : io_(std::move(io)),
+      pool_(pool),
+      pool_threads_(std::max(1u, pool_threads)),
+      options_(options),
+      on_io_thread_(std::move(on_io_thread)) {}
+
+void Scheduler::run_task(ChunkTask& task) {
+  counters_.chunks.fetch_add(1, std::memory_order_relaxed);
+  if (task.computes) {
+    counters_.codec_calls.fetch_add(1, std::memory_order_relaxed);
+    if (on_io_thread_()) counters_.codec_calls_on_io_thread.fetch_add(1, std::memory_order_relaxed);
+  }
+  try {
+    task.run();
+  } catch (...) {
+    task.error = std::current_exception();
+  }
+}
+
+void Scheduler::run_inline(TaskBatch& batch) {
+  counters_.inline_batches.fetch_add(1, std::memory_order_relaxed);
+  for (auto* t : batch.tasks) run_task(*t);
+  batch.on_done();
+}
+
+void Scheduler::submit(std::shared_ptr<TaskBatch> batch) {
+  if (batch->tasks.empty()) {
+    batch->on_done();
+    return;
+  }
+  const bool trivial = !batch->computes() && batch->bytes() <= options_.inline_bytes;
+  if (options_.dispatch == Dispatch::inline_io || trivial) {
+    run_inline(*batch);
+    return;
+  }
+  if (options_.dispatch == Dispatch::per_chunk) {
+    // One pool submission per chunk (what the design avoids, for comparison);
+    // the last task to finish completes the batch.
+    auto left = std::make_shared<std::atomic<std::size_t>>(batch->tasks.size());
+    for (auto* t : batch->tasks) {
+      counters_.pool_submissions.fetch_add(1, std::memory_order_relaxed);
+      counters_.queue_depth.fetch_add(1, std::memory_order_relaxed);
+      boost::asio::post(pool_, [this, t, batch, left] {
+        run_task(*t);
+        counters_.queue_depth.fetch_sub(1, std::memory_order_relaxed);
+        if (left->fetch_sub(1, std::memory_order_acq_rel) == 1) batch->on_done();
+      });
+    }
+    return;
+  }
+  bool post_flush = false;
+  {
+    std::lock_guard lk(mu_);
+    queue_.push_back(std::move(batch));
+    if (!flush_posted_) flush_posted_ = post_flush = true;
+  }
+  // Deferred to the end of this io_context turn, so that batches submitted by
+  // concurrent calls in the same turn share pool submissions.
+  if (post_flush) boost::asio::post(io_, [this] { flush(); });
+}
+
+void Scheduler::flush() {
+  std::vector<std::shared_ptr<TaskBatch>> queue;
+  {
+    std::lock_guard lk(mu_);
+    queue.swap(queue_);
+    flush_posted_ = false;
+  }
+  std::vector<std::shared_ptr<TaskBatch>> group;
+  std::size_t chunks = 0, bytes = 0;
+  auto emit = [&] {
+    if (group.empty()) return;
+    auto job = std::make_shared<PoolJob>();
+    job->batches = std::move(group);
+    job->left = std::vector<std::atomic<std::size_t>>(job->batches.size());
+    for (std::size_t b = 0; b < job->batches.size(); ++b) {
+      auto& batch = *job->batches[b];
+      job->left[b].store(batch.tasks.size(), std::memory_order_relaxed);
+      for (auto* t : batch.tasks) job->items.push_back({t, b});
+    }
+    post_job(std::move(job));
+    group.clear();
+    chunks = bytes = 0;
+  };
+  for (auto& b : queue) {
+    const std::size_t n = b->tasks.size(), nb = b->bytes();
+    if (!group.empty() &&
+        (chunks + n > options_.batch_chunks || bytes + nb > options_.batch_bytes))
+      emit();
+    group.push_back(std::move(b));
+    chunks += n;
+    bytes += nb;
+  }
+  emit();
+}
+
+void Scheduler::post_job(std::shared_ptr<PoolJob> job) {
+  counters_.pool_submissions.fetch_add(1, std::memory_order_relaxed);
+  counters_.queue_depth.fetch_add(1, std::memory_order_relaxed);
+  boost::asio::post(pool_, [this, job = std::move(job)] {
+    // Fan out: let idle pool threads help with the rest of this job.
+    const std::size_t helpers = std::min<std::size_t>(job->items.size(), pool_threads_) - 1;
+    for (std::size_t i = 0; i < helpers; ++i) {
+      counters_.fanout_posts.fetch_add(1, std::memory_order_relaxed);
+      boost::asio::post(pool_, [this, job] { run_job(job); });
+    }
+    run_job(job);
+  });
+}
+
+void Scheduler::run_job(const std::shared_ptr<PoolJob>& job) {
+  const std::size_t n = job->items.size();
+  for (std::size_t i; (i = job->next.fetch_add(1, std::memory_order_relaxed)) < n;) {
+    const auto [task, b] = job->items[i];
+    run_task(*task);
+    if (job->left[b].fetch_sub(1, std::memory_order_acq_rel) == 1) job->batches[b]->on_done();
+    if (job->done.fetch_add(1, std::memory_order_acq_rel) + 1 == n)
+      counters_.queue_depth.fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
+}  // namespace zarrcoro::detail
