@@ -1,0 +1,313 @@
+// The store conformance suite: the behaviour every zarrcoro::Store must show,
+// written against the Store interface only, so that each store (memory,
+// filesystem, and later HTTP and S3) runs the same checks.
+//
+// Usage, inside a TEST_CASE:
+//   run_store_conformance("memory", [](boost::asio::any_io_executor io) {
+//     return std::make_shared<MemoryStore>();
+//   });
+// The suite consists of Catch2 SECTIONs; Catch2 re-enters the TEST_CASE for
+// each one, and each calls `make` for a fresh store, which must start empty.
+// `make` receives the executor of the io_context the suite runs; the suite
+// drives that io_context in the test thread (and on extra threads for the
+// concurrency sections). Assertions only ever run in the test thread.
+//
+// Thread-safety: the helpers are for one test thread; run() may run the
+// io_context on extra threads it owns and joins before returning.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <catch2/catch.hpp>
+
+#include <zarrcoro/error.hpp>
+#include <zarrcoro/store.hpp>
+
+namespace zarrcoro::test {
+
+// Runs `jobs` concurrently on `io` (this thread plus `threads - 1` more) until
+// all finish; rethrows the first failure in job order.
+inline void run_all(boost::asio::io_context& io, std::vector<awaitable<void>> jobs,
+                    unsigned threads = 1) {
+  std::vector<std::exception_ptr> errors(jobs.size());
+  for (std::size_t i = 0; i < jobs.size(); ++i)
+    boost::asio::co_spawn(io, std::move(jobs[i]),
+                          [&errors, i](std::exception_ptr e) { errors[i] = e; });
+  io.restart();
+  std::vector<std::thread> extra;
+  for (unsigned t = 1; t < threads; ++t) extra.emplace_back([&io] { io.run(); });
+  io.run();
+  for (auto& t : extra) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+// Runs one awaitable to completion on `io` in this thread; returns its value
+// or rethrows its exception.
+template <class T>
+T run(boost::asio::io_context& io, awaitable<T> job) {
+  std::exception_ptr error;
+  std::optional<std::conditional_t<std::is_void_v<T>, bool, T>> value;
+  boost::asio::co_spawn(io, std::move(job), [&](std::exception_ptr e, auto&&... v) {
+    error = e;
+    if constexpr (sizeof...(v) == 1) value.emplace(std::move(v)...);
+  });
+  io.restart();
+  io.run();
+  if (error) std::rethrow_exception(error);
+  if constexpr (!std::is_void_v<T>) return std::move(*value);
+}
+
+inline Bytes bytes_of(std::string_view s) {
+  Bytes b(s.size());
+  std::transform(s.begin(), s.end(), b.begin(), [](char c) { return std::byte(c); });
+  return b;
+}
+
+inline Bytes random_bytes(std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Bytes b(n);
+  for (auto& x : b) x = std::byte(rng() & 0xff);
+  return b;
+}
+
+// A store plus the io_context driving it, with blocking shorthands.
+struct StoreHarness {
+  boost::asio::io_context io;
+  std::shared_ptr<Store> store;
+
+  explicit StoreHarness(
+      const std::function<std::shared_ptr<Store>(boost::asio::any_io_executor)>& make)
+      : store(make(io.get_executor())) {}
+  ~StoreHarness() { store.reset(); }  // before the io_context
+
+  std::optional<Bytes> get(const std::string& key, ByteRange r = {}) {
+    return run(io, store->get(key, r));
+  }
+  // The value as text, or "<missing>".
+  std::string text(const std::string& key, ByteRange r = {}) {
+    auto v = get(key, r);
+    if (!v) return "<missing>";
+    std::string s(v->size(), '\0');
+    std::transform(v->begin(), v->end(), s.begin(), [](std::byte b) { return char(b); });
+    return s;
+  }
+  void set(const std::string& key, Bytes value) { run(io, store->set(key, std::move(value))); }
+  void set(const std::string& key, std::string_view value) { set(key, bytes_of(value)); }
+  void erase(const std::string& key) { run(io, store->erase(key)); }
+  bool exists(const std::string& key) { return run(io, store->exists(key)); }
+  std::vector<std::string> list(const std::string& prefix) { return run(io, store->list(prefix)); }
+};
+
+namespace conformance_detail {
+
+inline awaitable<void> set_then_get(std::shared_ptr<Store> s, std::string key, Bytes value,
+                                    std::optional<Bytes>* out) {
+  co_await s->set(key, std::move(value));
+  *out = co_await s->get(key);
+}
+
+// Writes `rounds` values of `size` bytes, each filled with one byte value.
+inline awaitable<void> write_uniform(std::shared_ptr<Store> s, std::string key, int writer,
+                                     int rounds, std::size_t size) {
+  for (int r = 0; r < rounds; ++r)
+    co_await s->set(key, Bytes(size, std::byte(writer * rounds + r)));
+}
+
+// Reads `key` `rounds` times; counts reads that are not a single whole value.
+inline awaitable<void> read_uniform(std::shared_ptr<Store> s, std::string key, int rounds,
+                                    std::size_t size, int* torn) {
+  for (int r = 0; r < rounds; ++r) {
+    auto v = co_await s->get(key);
+    if (!v || v->size() != size ||
+        std::any_of(v->begin(), v->end(), [&](std::byte b) { return b != v->front(); }))
+      ++*torn;
+  }
+}
+
+}  // namespace conformance_detail
+
+inline void run_store_conformance(
+    const std::string& name,
+    std::function<std::shared_ptr<Store>(boost::asio::any_io_executor)> make) {
+  using Strings = std::vector<std::string>;
+  constexpr auto max = std::numeric_limits<std::uint64_t>::max();
+  INFO("store: " << name);
+  StoreHarness h(make);
+  INFO("url: " << h.store->url());
+
+  SECTION("a fresh store is empty and a missing key is absent") {
+    CHECK(h.list("") == Strings{});
+    CHECK_FALSE(h.get("nope").has_value());
+    CHECK_FALSE(h.get("nope", ByteRange::from(0, 4)).has_value());
+    CHECK_FALSE(h.get("nope", ByteRange::last(4)).has_value());
+    CHECK_FALSE(h.get("a/b/c/zarr.json").has_value());
+    CHECK_FALSE(h.exists("nope"));
+  }
+
+  SECTION("set/get round trip") {
+    h.set("empty", Bytes{});
+    h.set("one", bytes_of("x"));
+    const Bytes big = random_bytes(1 << 20, 42);
+    h.set("big/value", big);
+
+    const auto empty = h.get("empty");
+    REQUIRE(empty.has_value());
+    CHECK(empty->empty());
+    CHECK(h.exists("empty"));
+    CHECK(h.text("one") == "x");
+    const auto got = h.get("big/value");
+    REQUIRE(got.has_value());
+    REQUIRE(got->size() == big.size());
+    CHECK((*got == big));
+    const auto mid = h.get("big/value", ByteRange::from(300000, 5000));
+    REQUIRE(mid.has_value());
+    CHECK((*mid == Bytes(big.begin() + 300000, big.begin() + 305000)));
+    CHECK(h.list("") == Strings{"big/value", "empty", "one"});
+  }
+
+  SECTION("overwrite replaces the whole value") {
+    h.set("k", "a rather long first value");
+    h.set("k", "2");
+    CHECK(h.text("k") == "2");
+    h.set("k", "third");
+    CHECK(h.text("k") == "third");
+    h.set("k", Bytes{});
+    CHECK(h.text("k") == "");
+    CHECK(h.list("") == Strings{"k"});
+  }
+
+  SECTION("byte ranges") {
+    h.set("v", "0123456789");
+    CHECK(h.text("v", ByteRange::all()) == "0123456789");
+    CHECK(h.text("v", ByteRange::from(2, 3)) == "234");
+    CHECK(h.text("v", ByteRange::from(0, 10)) == "0123456789");
+    CHECK(h.text("v", ByteRange::from(0, 0)) == "");
+    CHECK(h.text("v", ByteRange::from(8, 5)) == "89");         // clipped at the end
+    CHECK(h.text("v", ByteRange::from(3, max)) == "3456789");  // no overflow
+    CHECK(h.text("v", ByteRange::from(10, 1)) == "");          // at the end: empty, not missing
+    CHECK(h.text("v", ByteRange::from(20, 5)) == "");
+    CHECK(h.text("v", ByteRange::from(max, max)) == "");
+    CHECK(h.text("v", ByteRange::last(3)) == "789");
+    CHECK(h.text("v", ByteRange::last(10)) == "0123456789");
+    CHECK(h.text("v", ByteRange::last(20)) == "0123456789");   // longer: whole value
+    CHECK(h.text("v", ByteRange::last(max)) == "0123456789");
+    CHECK(h.text("v", ByteRange::last(0)) == "");
+    h.set("e", Bytes{});
+    CHECK(h.text("e", ByteRange::from(0, 4)) == "");
+    CHECK(h.text("e", ByteRange::last(4)) == "");
+  }
+
+  SECTION("erase") {
+    h.set("a/b/c", "1");
+    h.set("a/b/d", "2");
+    h.set("x", "3");
+    h.erase("a/b/c");
+    CHECK_FALSE(h.get("a/b/c").has_value());
+    CHECK_FALSE(h.exists("a/b/c"));
+    CHECK(h.text("a/b/d") == "2");
+    h.erase("x");
+    CHECK_FALSE(h.exists("x"));
+    CHECK_NOTHROW(h.erase("x"));          // already gone
+    CHECK_NOTHROW(h.erase("never/was"));  // never existed
+    h.erase("a/b/d");
+    CHECK(h.list("") == Strings{});
+    h.set("a/b/c", "again");  // the pruned path can be written again
+    CHECK(h.text("a/b/c") == "again");
+  }
+
+  SECTION("exists") {
+    h.set("a/b", "1");
+    CHECK(h.exists("a/b"));
+    CHECK_FALSE(h.exists("a"));  // a prefix is not a key
+    CHECK_FALSE(h.exists("a/b/c"));
+    CHECK_FALSE(h.exists("a/bb"));
+    CHECK_FALSE(h.get("a").has_value());
+  }
+
+  SECTION("list with a prefix") {
+    for (const char* k : {"b", "a/c/d", "ab", "a/b.x", "a/b", "zarr.json", "a/c/e/f"}) h.set(k, "v");
+    h.set("a/b", "overwritten");  // no temporary files may appear in listings
+    CHECK(h.list("") == Strings{"a/b", "a/b.x", "a/c/d", "a/c/e/f", "ab", "b", "zarr.json"});
+    CHECK(h.list("a/") == Strings{"a/b", "a/b.x", "a/c/d", "a/c/e/f"});
+    CHECK(h.list("a") == Strings{"a/b", "a/b.x", "a/c/d", "a/c/e/f", "ab"});
+    CHECK(h.list("a/b") == Strings{"a/b", "a/b.x"});
+    CHECK(h.list("a/c/") == Strings{"a/c/d", "a/c/e/f"});
+    CHECK(h.list("a/c/e") == Strings{"a/c/e/f"});
+    CHECK(h.list("a/c/e/f") == Strings{"a/c/e/f"});
+    CHECK(h.list("z") == Strings{"zarr.json"});
+    CHECK(h.list("nope/") == Strings{});
+    CHECK(h.list("a/x") == Strings{});
+    CHECK(h.list("../") == Strings{});
+  }
+
+  SECTION("invalid keys are rejected with InvalidArgument") {
+    for (const std::string key : {"", "/abs", "a/../b", "a//b", "./a", "a/", "..", "a/.", "/"}) {
+      INFO("key: '" << key << "'");
+      CHECK_THROWS_AS(h.get(key), InvalidArgument);
+      CHECK_THROWS_AS(h.get(key, ByteRange::from(0, 1)), InvalidArgument);
+      CHECK_THROWS_AS(h.set(key, "v"), InvalidArgument);
+      CHECK_THROWS_AS(h.erase(key), InvalidArgument);
+      CHECK_THROWS_AS(h.exists(key), InvalidArgument);
+    }
+    CHECK(h.list("") == Strings{});
+  }
+
+  SECTION("keys with dots") {
+    const Strings keys{".zattrs", "a/.zarray", "a/c.0.0", "a/c/0.1", "c.0.0", "zarr.json"};
+    for (const auto& k : keys) h.set(k, k);
+    for (const auto& k : keys) CHECK(h.text(k) == k);
+    CHECK(h.list("") == keys);
+  }
+
+  SECTION("50 concurrent set/get of distinct keys") {
+    constexpr int n = 50;
+    std::vector<std::optional<Bytes>> got(n);
+    std::vector<Bytes> want;
+    std::vector<awaitable<void>> jobs;
+    for (int i = 0; i < n; ++i) {
+      want.push_back(random_bytes(1 + 997 * i, i));
+      jobs.push_back(conformance_detail::set_then_get(h.store, "c/" + std::to_string(i) + "/v",
+                                                      want.back(), &got[i]));
+    }
+    run_all(h.io, std::move(jobs), 4);
+    for (int i = 0; i < n; ++i) {
+      INFO("key c/" << i << "/v");
+      REQUIRE(got[i].has_value());
+      CHECK((*got[i] == want[i]));
+    }
+    CHECK(h.list("c/").size() == n);
+  }
+
+  SECTION("concurrent overwrites of one key never tear a value") {
+    constexpr std::size_t size = 64 * 1024;
+    constexpr int writers = 4, readers = 4, rounds = 10;
+    h.set("hot", Bytes(size, std::byte(0)));
+    int torn[readers] = {};
+    std::vector<awaitable<void>> jobs;
+    for (int w = 0; w < writers; ++w)
+      jobs.push_back(conformance_detail::write_uniform(h.store, "hot", w, rounds, size));
+    for (int r = 0; r < readers; ++r)
+      jobs.push_back(conformance_detail::read_uniform(h.store, "hot", rounds, size, &torn[r]));
+    run_all(h.io, std::move(jobs), 4);
+    for (int t : torn) CHECK(t == 0);
+    CHECK(h.list("") == Strings{"hot"});
+  }
+}
+
+}  // namespace zarrcoro::test

@@ -1,0 +1,420 @@
+// Stores: the conformance suite against every local store, plus
+// filesystem- and counting-specific behaviour.
+#include <fcntl.h>
+#include <liburing.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstddef>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include <catch2/catch.hpp>
+
+#include <zarrcoro/store/counting.hpp>
+#include <zarrcoro/store/filesystem.hpp>
+#include <zarrcoro/store/memory.hpp>
+
+#include "store_conformance.hpp"
+#include "support.hpp"
+
+namespace fs = std::filesystem;
+using namespace zarrcoro;
+using zarrcoro::test::bytes_of;
+using zarrcoro::test::StoreHarness;
+using Strings = std::vector<std::string>;
+
+namespace {
+
+// A fresh directory under $TMPDIR, removed with its contents on destruction.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "zarrcoro-stores-XXXXXX").string();
+    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    path = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+bool io_uring_works() {
+  io_uring ring;
+  if (io_uring_queue_init(4, &ring, 0) != 0) return false;
+  io_uring_queue_exit(&ring);
+  return true;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  REQUIRE(f.good());
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+void spit(const fs::path& p, const std::string& text) {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p, std::ios::binary) << text;
+}
+
+// Every non-directory entry below `root`, relative, sorted.
+Strings files_below(const fs::path& root) {
+  Strings out;
+  for (const auto& e : fs::recursive_directory_iterator(root))
+    if (!e.is_directory()) out.push_back(fs::relative(e.path(), root).generic_string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+using Make = std::function<std::shared_ptr<Store>(boost::asio::any_io_executor)>;
+
+Make filesystem_factory(const fs::path& root, FilesystemOptions opts) {
+  return [root, opts](boost::asio::any_io_executor io) -> std::shared_ptr<Store> {
+    return std::make_shared<FilesystemStore>(io, root, opts);
+  };
+}
+
+const FilesystemOptions kUring{};
+const FilesystemOptions kFallback{.use_io_uring = false, .fallback_threads = 2};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Conformance
+
+TEST_CASE("conformance: MemoryStore", "[stores][memory]") {
+  test::run_store_conformance("memory", [](boost::asio::any_io_executor) {
+    return std::make_shared<MemoryStore>();
+  });
+}
+
+TEST_CASE("conformance: FilesystemStore (io_uring)", "[stores][filesystem]") {
+  TempDir tmp;
+  test::run_store_conformance("filesystem io_uring", filesystem_factory(tmp.path / "store", kUring));
+}
+
+TEST_CASE("conformance: FilesystemStore (blocking fallback pool)", "[stores][filesystem]") {
+  TempDir tmp;
+  test::run_store_conformance("filesystem fallback",
+                              filesystem_factory(tmp.path / "store", kFallback));
+}
+
+TEST_CASE("conformance: CountingStore over MemoryStore", "[stores][counting]") {
+  test::run_store_conformance("counting+memory", [](boost::asio::any_io_executor) {
+    return std::make_shared<CountingStore>(std::make_shared<MemoryStore>());
+  });
+}
+
+// ---------------------------------------------------------------------------
+// MemoryStore
+
+TEST_CASE("MemoryStore: size and url", "[stores][memory]") {
+  auto store = std::make_shared<MemoryStore>();
+  StoreHarness h([&](boost::asio::any_io_executor) { return store; });
+  CHECK(store->url() == "memory://");
+  CHECK(store->size() == 0);
+  h.set("a", "1");
+  h.set("b/c", "2");
+  h.set("a", "3");
+  CHECK(store->size() == 2);
+  h.erase("a");
+  CHECK(store->size() == 1);
+}
+
+TEST_CASE("MemoryStore: a get returns a copy the store does not share", "[stores][memory]") {
+  StoreHarness h([](boost::asio::any_io_executor) { return std::make_shared<MemoryStore>(); });
+  h.set("k", "abc");
+  auto v = h.get("k");
+  REQUIRE(v);
+  (*v)[0] = std::byte('X');
+  CHECK(h.text("k") == "abc");
+}
+
+// ---------------------------------------------------------------------------
+// FilesystemStore
+
+TEST_CASE("FilesystemStore: io_uring is used exactly when the kernel allows it",
+          "[stores][filesystem]") {
+  TempDir tmp;
+  boost::asio::io_context io;
+  FilesystemStore uring(io.get_executor(), tmp.path, kUring);
+  FilesystemStore fallback(io.get_executor(), tmp.path, kFallback);
+  const bool works = io_uring_works();
+  if (!works) WARN("io_uring is not available here: only the fallback path is exercised");
+  CHECK(uring.uses_io_uring() == works);
+  CHECK_FALSE(fallback.uses_io_uring());
+}
+
+TEST_CASE("FilesystemStore: root and url", "[stores][filesystem]") {
+  TempDir tmp;
+  boost::asio::io_context io;
+  FilesystemStore store(io.get_executor(), tmp.path / "x" / ".." / "root/", kUring);
+  const fs::path canon = fs::canonical(tmp.path) / "root";
+  CHECK(store.root() == canon);
+  CHECK(store.url() == "file://" + canon.string());
+  CHECK_FALSE(fs::exists(canon));  // created lazily by the first set
+}
+
+TEST_CASE("FilesystemStore: layout, atomic replace, errors", "[stores][filesystem]") {
+  const bool uring = GENERATE(true, false);
+  INFO((uring ? "io_uring" : "fallback"));
+  TempDir tmp;
+  const fs::path root = tmp.path / "root";
+  auto make = filesystem_factory(root, uring ? kUring : kFallback);
+  StoreHarness h(make);
+
+  SECTION("values are plain files at root/key, and plain files are values") {
+    h.set("a/b/c", "hello");
+    h.set("zarr.json", "{}");
+    CHECK(slurp(root / "a/b/c") == "hello");
+    CHECK(slurp(root / "zarr.json") == "{}");
+    spit(root / "x/y.0", "external");
+    CHECK(h.text("x/y.0") == "external");
+    CHECK(h.list("") == Strings{"a/b/c", "x/y.0", "zarr.json"});
+    CHECK(files_below(root) == Strings{"a/b/c", "x/y.0", "zarr.json"});
+  }
+
+  SECTION("the root need not exist for reads") {
+    CHECK_FALSE(h.get("a").has_value());
+    CHECK_FALSE(h.exists("a"));
+    CHECK(h.list("") == Strings{});
+    CHECK(h.list("a/") == Strings{});
+    CHECK_NOTHROW(h.erase("a/b"));
+  }
+
+  SECTION("atomic replace leaves no temporary files") {
+    for (int i = 0; i < 20; ++i) h.set("d/k", std::string(100 * i, char('a' + i % 26)));
+    CHECK(h.text("d/k") == std::string(1900, char('a' + 19)));
+    CHECK(files_below(root) == Strings{"d/k"});
+  }
+
+  SECTION("temporary-file names are hidden from list, other dot files are not") {
+    h.set(".zattrs", "{}");
+    spit(root / "a/.c.tmp.0123456789abcdef", "partial");
+    spit(root / "a/.c.tmp.not-hex-at-all", "kept");
+    CHECK(h.list("") == Strings{".zattrs", "a/.c.tmp.not-hex-at-all"});
+  }
+
+  SECTION("a directory at the key is not a value") {
+    h.set("dir/x", "1");
+    CHECK_FALSE(h.get("dir").has_value());
+    CHECK_FALSE(h.exists("dir"));
+    CHECK_NOTHROW(h.erase("dir"));
+    CHECK(h.text("dir/x") == "1");
+  }
+
+  SECTION("a failed write raises StoreError naming the key; nothing is left behind") {
+    h.set("d/x", "1");  // "d" is a directory: no value can be stored at "d"
+    try {
+      h.set("d", "v");
+      FAIL("set over a directory succeeded");
+    } catch (const StoreError& e) {
+      CHECK(e.key() == "d");
+      CHECK_THAT(e.what(), Catch::Contains("'d'") && Catch::Contains("directory"));
+    }
+    h.set("f", "file");  // "f" is a file: "f/x" cannot be created
+    CHECK_THROWS_AS(h.set("f/x", "v"), StoreError);
+    CHECK(h.text("d/x") == "1");
+    CHECK(h.text("f") == "file");
+    CHECK(files_below(root) == Strings{"d/x", "f"});
+  }
+
+  SECTION("a write failing midway keeps the old value intact") {
+    h.set("k", "old value");
+    // RLIMIT_FSIZE makes the write fail with EFBIG even for root.
+    std::signal(SIGXFSZ, SIG_IGN);
+    rlimit old{};
+    REQUIRE(::getrlimit(RLIMIT_FSIZE, &old) == 0);
+    rlimit low = old;
+    low.rlim_cur = 64 * 1024;
+    REQUIRE(::setrlimit(RLIMIT_FSIZE, &low) == 0);
+    std::string what;
+    try {
+      h.set("k", test::random_bytes(1 << 20, 7));
+    } catch (const StoreError& e) {
+      what = e.what();
+      CHECK(e.key() == "k");
+    }
+    REQUIRE(::setrlimit(RLIMIT_FSIZE, &old) == 0);
+    std::signal(SIGXFSZ, SIG_DFL);
+    INFO(what);
+    CHECK_THAT(what, Catch::Contains("'k'") && Catch::Contains("too large"));
+    CHECK(h.text("k") == "old value");
+    CHECK(files_below(root) == Strings{"k"});
+  }
+
+  SECTION("a read-only directory makes set fail with StoreError") {
+    if (::geteuid() == 0) {
+      WARN("SKIPPED: running as root, permissions are not enforced");
+      return;
+    }
+    h.set("ro/k", "old");
+    fs::permissions(root / "ro", fs::perms::owner_read | fs::perms::owner_exec);
+    CHECK_THROWS_AS(h.set("ro/k", "new"), StoreError);
+    CHECK_THROWS_AS(h.set("ro/k2", "new"), StoreError);
+    fs::permissions(root / "ro", fs::perms::owner_all);
+    CHECK(h.text("ro/k") == "old");
+    CHECK(files_below(root) == Strings{"ro/k"});
+  }
+
+  SECTION("erase prunes empty directories up to the root") {
+    h.set("a/b/c/d", "1");
+    h.set("a/x", "2");
+    h.erase("a/b/c/d");
+    CHECK_FALSE(fs::exists(root / "a/b"));
+    CHECK(fs::exists(root / "a/x"));
+    h.erase("a/x");
+    CHECK_FALSE(fs::exists(root / "a"));
+    CHECK(fs::is_directory(root));
+    CHECK(h.list("") == Strings{});
+  }
+
+  SECTION("symlinks out of the root are refused") {
+    const fs::path outside = tmp.path / "outside";
+    spit(outside / "secret", "secret");
+    fs::create_directories(root);
+    fs::create_directory_symlink(outside, root / "dirlink");
+    fs::create_symlink(outside / "secret", root / "filelink");
+    CHECK_THROWS_AS(h.get("dirlink/secret"), StoreError);
+    CHECK_THROWS_AS(h.get("filelink"), StoreError);
+    CHECK_THROWS_AS(h.get("filelink", ByteRange::last(2)), StoreError);
+    CHECK_THROWS_AS(h.exists("filelink"), StoreError);
+    CHECK_THROWS_AS(h.set("dirlink/new", "x"), StoreError);
+    CHECK_THROWS_AS(h.set("filelink", "x"), StoreError);
+    CHECK_THROWS_AS(h.erase("dirlink/secret"), StoreError);
+    CHECK_THROWS_AS(h.list("dirlink/"), StoreError);
+    try {
+      h.get("dirlink/secret");
+    } catch (const StoreError& e) {
+      CHECK(e.key() == "dirlink/secret");
+    }
+    CHECK(files_below(outside) == Strings{"secret"});
+    CHECK(slurp(outside / "secret") == "secret");
+    // Erasing the link itself is safe: the link goes, its target stays.
+    h.erase("filelink");
+    CHECK_FALSE(fs::is_symlink(root / "filelink"));
+    CHECK(slurp(outside / "secret") == "secret");
+    CHECK(h.list("") == Strings{});  // the directory link is not descended into
+  }
+
+  SECTION("symlinks inside the root are followed") {
+    h.set("real/v", "data");
+    fs::create_directory_symlink(root / "real", root / "alias");
+    fs::create_symlink("real/v", root / "vlink");
+    CHECK(h.text("alias/v") == "data");
+    CHECK(h.text("vlink") == "data");
+    h.set("vlink", "new");  // writes through to the target
+    CHECK(h.text("real/v") == "new");
+  }
+}
+
+TEST_CASE("FilesystemStore: falls back at runtime when io_uring_setup is refused",
+          "[stores][filesystem]") {
+  TempDir tmp;
+  // seccomp filters cannot be removed, so the refusal runs in a child process.
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    const sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    const sock_fprog prog{static_cast<unsigned short>(std::size(filter)),
+                          const_cast<sock_filter*>(filter)};
+    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+        ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
+      ::_exit(77);
+    if (io_uring_works()) ::_exit(10);
+    int code = 0;
+    try {
+      boost::asio::io_context io;
+      auto store = std::make_shared<FilesystemStore>(io.get_executor(), tmp.path, kUring);
+      if (store->uses_io_uring()) code = 11;
+      StoreHarness h([&](boost::asio::any_io_executor) { return store; });
+      h.set("a/b", "value");
+      if (h.text("a/b", ByteRange::from(1, 3)) != "alu") code = 12;
+      if (h.list("") != Strings{"a/b"}) code = 13;
+    } catch (...) {
+      code = 14;
+    }
+    ::_exit(code);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 77) {
+    WARN("SKIPPED: cannot install a seccomp filter here");
+    return;
+  }
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(slurp(tmp.path / "a/b") == "value");
+}
+
+// ---------------------------------------------------------------------------
+// CountingStore
+
+TEST_CASE("CountingStore: counts every request exactly", "[stores][counting]") {
+  auto counting = std::make_shared<CountingStore>(std::make_shared<MemoryStore>());
+  StoreHarness h([&](boost::asio::any_io_executor) { return counting; });
+  CHECK(counting->url() == "counting+memory://");
+  CHECK(counting->counts() == CountingStore::Counts{});
+
+  h.set("a", "abc");
+  h.set("b", "hello");
+  CHECK(h.text("a") == "abc");
+  CHECK(h.text("b", ByteRange::from(1, 2)) == "el");
+  CHECK(h.text("b", ByteRange::last(10)) == "hello");
+  CHECK_FALSE(h.get("missing").has_value());
+  CHECK(h.exists("a"));
+  CHECK_FALSE(h.exists("z"));
+  CHECK(h.list("") == Strings{"a", "b"});
+  h.erase("a");
+  h.erase("z");
+  CHECK_THROWS_AS(h.get("../x"), InvalidArgument);
+
+  const auto c = counting->counts();
+  CHECK(c.gets == 5);
+  CHECK(c.get_bytes == 3 + 2 + 5);
+  CHECK(c.get_misses == 1);
+  CHECK(c.sets == 2);
+  CHECK(c.set_bytes == 8);
+  CHECK(c.exists == 2);
+  CHECK(c.lists == 1);
+  CHECK(c.erases == 2);
+  CHECK(c.requests() == 12);
+
+  const auto log = counting->gets_log();
+  REQUIRE(log.size() == 5);
+  CHECK(log[0].first == "a");
+  CHECK(log[0].second.kind == ByteRange::Kind::full);
+  CHECK(log[1].first == "b");
+  CHECK(log[1].second.kind == ByteRange::Kind::range);
+  CHECK(log[1].second.offset == 1);
+  CHECK(log[1].second.length == 2);
+  CHECK(log[2].second.kind == ByteRange::Kind::suffix);
+  CHECK(log[2].second.length == 10);
+  CHECK(log[3].first == "missing");
+  CHECK(log[4].first == "../x");
+
+  counting->reset();
+  CHECK(counting->counts() == CountingStore::Counts{});
+  CHECK(counting->gets_log().empty());
+  CHECK(h.text("b") == "hello");
+  CHECK(counting->counts().gets == 1);
+  CHECK(counting->counts().requests() == 1);
+}
+
+TEST_CASE("CountingStore: rejects a null inner store", "[stores][counting]") {
+  CHECK_THROWS_AS(CountingStore(nullptr), InvalidArgument);
+}
