@@ -59,6 +59,10 @@ class ArrayToBytesCodec {
   // True if decoding `spec` is a plain copy (native byte order): the engine
   // then treats the chain as having nothing to compute.
   virtual bool is_identity(const ArraySpec& spec) const = 0;
+  // Encoded size for `spec`, if it is fixed (bytes: spec.num_bytes()), else
+  // -1 (e.g. sharding). Lets the pipeline decode straight into place and
+  // size shard indexes.
+  virtual std::int64_t encoded_size(const ArraySpec& spec) const { return -1; }
   // `in` is `spec.num_bytes()` long; appends nothing: `out` is replaced.
   virtual void encode(const ArraySpec& spec, ByteSpan in, Bytes& out) const = 0;
   // Fills `out` (exactly `spec.num_bytes()` long) from `in`; raises
@@ -87,13 +91,17 @@ class BytesToBytesCodec {
 };
 
 // Factory functions, one per codec file. Each parses the codec's
-// `configuration` object (may be null when absent) and validates it.
-// `field` names where the codec sits, for error messages (e.g. "codecs[1]").
+// `configuration` object (may be null when absent) and validates it. Their
+// InvalidMetadata names the configuration member (e.g. "level"); the pipeline
+// prefixes where the codec sits (e.g. "codecs[1].configuration.level").
 std::unique_ptr<ArrayToBytesCodec> make_bytes_codec(const nlohmann::json& config);
 std::unique_ptr<ArrayToArrayCodec> make_transpose_codec(const nlohmann::json& config);
 std::unique_ptr<BytesToBytesCodec> make_gzip_codec(const nlohmann::json& config);
 std::unique_ptr<BytesToBytesCodec> make_zstd_codec(const nlohmann::json& config);
 std::unique_ptr<BytesToBytesCodec> make_crc32c_codec(const nlohmann::json& config);
+// zlib (RFC 1950) framing, {"level": -1..9}: not a v3 codec (the v3 registry
+// does not list it), kept for the v2 `zlib` compressor/filter adapter.
+std::unique_ptr<BytesToBytesCodec> make_zlib_codec(const nlohmann::json& config);
 
 // CRC-32C (Castagnoli) of `data`, as used by the crc32c codec and shard indexes.
 std::uint32_t crc32c(ByteSpan data, std::uint32_t seed = 0);

@@ -8,6 +8,7 @@
 // contexts are per thread.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,6 +45,9 @@ class CodecPipeline {
   bool is_trivial() const { return trivial_; }
   // Short human description, e.g. "transpose,bytes(little),zstd(3)".
   std::string describe() const;
+  // Size of every encoded chunk if it is fixed (bytes, crc32c: e.g. a shard
+  // index of N entries with [bytes, crc32c] is 16 N + 4), else -1.
+  std::int64_t encoded_size() const;
 
   // Decodes one encoded chunk into `out`, which is exactly
   // chunk_spec().num_bytes() long (C order, native byte order).
