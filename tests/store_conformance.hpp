@@ -150,6 +150,7 @@ inline void run_store_conformance(
   INFO("store: " << name);
   StoreHarness h(make);
   INFO("url: " << h.store->url());
+  REQUIRE_FALSE(h.store->url().empty());
 
   SECTION("a fresh store is empty and a missing key is absent") {
     CHECK(h.list("") == Strings{});

@@ -164,7 +164,7 @@ TEST_CASE("FilesystemStore: root and url", "[stores][filesystem]") {
   CHECK_FALSE(fs::exists(canon));  // created lazily by the first set
 }
 
-TEST_CASE("FilesystemStore: layout, atomic replace, errors", "[stores][filesystem]") {
+TEST_CASE("FilesystemStore: layout and atomic replace and errors", "[stores][filesystem]") {
   const bool uring = GENERATE(true, false);
   INFO((uring ? "io_uring" : "fallback"));
   TempDir tmp;
