@@ -1,0 +1,58 @@
+// Small helpers shared by the benchmarks: timing, peak RSS, a fast PRNG,
+// verdict strings. Header-only; benchmark code, not part of the library.
+#pragma once
+
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+namespace zarrcoro::perf {
+
+using Clock = std::chrono::steady_clock;
+
+inline double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// splitmix64: a tiny, good-enough generator for choosing chunks and noise.
+struct Rng {
+  std::uint64_t state;
+  explicit Rng(std::uint64_t seed) : state(seed * 0x9E3779B97F4A7C15ull + 1) {}
+  std::uint64_t next() {
+    std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+};
+
+// Peak resident set size in MiB. Prefers /proc's VmHWM, which
+// reset_peak_rss() can lower to the current RSS (Linux >= 4.0); falls back to
+// getrusage's ru_maxrss (process lifetime, never reset).
+inline double peak_rss_mib() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;  // kB
+  }
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_maxrss) / 1024.0;  // kB on Linux
+}
+
+// Resets the peak RSS to the current RSS. Returns false if unsupported, in
+// which case peak_rss_mib() reports the lifetime peak.
+inline bool reset_peak_rss() {
+  std::ofstream clear("/proc/self/clear_refs");
+  if (!clear) return false;
+  clear << "5";
+  clear.flush();
+  return static_cast<bool>(clear);
+}
+
+inline const char* verdict(bool ok) { return ok ? "PASS" : "MISS"; }
+
+}  // namespace zarrcoro::perf
