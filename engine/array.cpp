@@ -117,7 +117,7 @@ namespace {
     std::rethrow_exception(e);
   } catch (const Error& err) {
     if (!err.key().empty()) throw;
-    throw Error(err.code(), key, err.field(), err.detail());
+    throw_error(err.code(), key, err.field(), err.detail());
   }
 }
 
@@ -539,7 +539,7 @@ std::shared_ptr<Array::State> make_state(Runtime& rt, std::shared_ptr<Store> sto
   try {
     st->pipeline = codecs::CodecPipeline::from_json(meta.codecs, spec);
   } catch (const Error& e) {
-    throw Error(e.code(), st->prefix + "zarr.json", e.field(), e.detail());
+    throw_error(e.code(), st->prefix + "zarr.json", e.field(), e.detail());
   }
   st->meta = std::move(meta);
   st->meta.codecs = st->pipeline->to_json();

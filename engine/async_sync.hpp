@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -31,7 +32,11 @@ struct Waiter {
   boost::asio::any_completion_handler<void()> handler;
 };
 
-inline void wake(Waiter w) { boost::asio::post(w.executor, std::move(w.handler)); }
+// Resumes the waiter through its executor. (The handler is wrapped: Boost
+// 1.81 recurses when posting an any_completion_handler directly.)
+inline void wake(Waiter w) {
+  boost::asio::post(w.executor, [h = std::move(w.handler)]() mutable { std::move(h)(); });
+}
 
 // A counting semaphore over `capacity` units. A request larger than the
 // capacity is clamped to it, so a single huge request cannot wait forever.
@@ -126,7 +131,8 @@ class KeyLocks {
 
   // Hands the lock to the next waiter, or frees it.
   void unlock(const std::string& key) {
-    Waiter next;
+    std::optional<Waiter> next;  // emplaced, never assigned: Boost 1.81's
+                                 // any_completion_handler move-assignment recurses
     {
       std::lock_guard lk(mu_);
       auto it = locks_.find(key);
@@ -135,10 +141,10 @@ class KeyLocks {
         locks_.erase(it);
         return;
       }
-      next = std::move(it->second.front());
+      next.emplace(std::move(it->second.front()));
       it->second.pop_front();
     }
-    wake(std::move(next));
+    wake(std::move(*next));
   }
 
  private:

@@ -32,4 +32,17 @@ Error::Error(Errc code, std::string key, std::string field, const std::string& m
       field_(std::move(field)),
       detail_(message) {}
 
+void throw_error(Errc code, std::string key, std::string field, const std::string& message) {
+  switch (code) {
+    case Errc::invalid_metadata: throw InvalidMetadata(std::move(key), std::move(field), message);
+    case Errc::unsupported: throw UnsupportedError(std::move(key), std::move(field), message);
+    case Errc::corrupt_chunk: throw CorruptChunk(std::move(key), std::move(field), message);
+    case Errc::store_io: throw StoreError(std::move(key), std::move(field), message);
+    case Errc::not_found: throw NotFound(std::move(key), std::move(field), message);
+    case Errc::cancelled: throw Cancelled(std::move(key), std::move(field), message);
+    case Errc::invalid_argument: break;
+  }
+  throw InvalidArgument(std::move(key), std::move(field), message);
+}
+
 }  // namespace zarrcoro

@@ -59,4 +59,9 @@ ZARRCORO_ERROR_KIND(Cancelled, cancelled)
 ZARRCORO_ERROR_KIND(InvalidArgument, invalid_argument)
 #undef ZARRCORO_ERROR_KIND
 
+// Throws the Error subclass that matches `code` (e.g. to re-raise an error
+// with the key filled in, keeping its type).
+[[noreturn]] void throw_error(Errc code, std::string key, std::string field,
+                              const std::string& message);
+
 }  // namespace zarrcoro

@@ -1,0 +1,417 @@
+// The engine: scheduling invariants, read/write semantics, concurrency, and
+// the regression cases of shared/cases that concern reads and writes.
+#include <bit>
+#include <cstring>
+#include <future>
+#include <numeric>
+#include <thread>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/use_future.hpp>
+#include <catch2/catch.hpp>
+
+#include <zarrcoro/array.hpp>
+#include <zarrcoro/error.hpp>
+#include <zarrcoro/runtime.hpp>
+#include <zarrcoro/store/counting.hpp>
+#include <zarrcoro/store/memory.hpp>
+
+#include "support.hpp"
+
+using namespace zarrcoro;
+using nlohmann::json;
+namespace asio = boost::asio;
+
+namespace {
+
+ArrayMetadata make_meta(std::vector<std::uint64_t> shape, std::vector<std::uint64_t> chunks,
+                        DataType dtype, json codecs) {
+  ArrayMetadata m;
+  m.shape = std::move(shape);
+  m.chunk_shape = std::move(chunks);
+  m.data_type = dtype;
+  m.codecs = std::move(codecs);
+  return m;
+}
+
+json codecs_json(const std::string& text) { return json::parse(text); }
+
+// Every chain whose work must never run on an I/O thread.
+const char* kComputeChains[] = {
+    R"([{"name":"bytes","configuration":{"endian":"little"}},{"name":"gzip","configuration":{"level":1}}])",
+    R"([{"name":"bytes","configuration":{"endian":"little"}},{"name":"zstd","configuration":{"level":1}}])",
+    R"([{"name":"bytes","configuration":{"endian":"little"}},{"name":"crc32c"}])",
+    R"([{"name":"transpose","configuration":{"order":[1,0]}},{"name":"bytes","configuration":{"endian":"little"}}])",
+    R"([{"name":"bytes","configuration":{"endian":"big"}}])",
+};
+
+std::vector<std::int32_t> iota_vec(std::size_t n, std::int32_t start = 1) {
+  std::vector<std::int32_t> v(n);
+  std::iota(v.begin(), v.end(), start);
+  return v;
+}
+
+ByteSpan as_bytes(const auto& v) { return std::as_bytes(std::span(v)); }
+MutableByteSpan as_writable(auto&& v) { return std::as_writable_bytes(std::span(v)); }
+
+Bytes stored(Runtime& rt, const std::shared_ptr<Store>& s, const std::string& key) {
+  auto v = asio::co_spawn(rt.io_executor(), s->get(key), asio::use_future).get();
+  REQUIRE(v.has_value());
+  return *v;
+}
+
+bool has_key(Runtime& rt, const std::shared_ptr<Store>& s, const std::string& key) {
+  return asio::co_spawn(rt.io_executor(), s->exists(key), asio::use_future).get();
+}
+
+std::vector<std::string> keys(Runtime& rt, const std::shared_ptr<Store>& s, const std::string& prefix) {
+  return asio::co_spawn(rt.io_executor(), s->list(prefix), asio::use_future).get();
+}
+
+asio::awaitable<std::vector<std::int32_t>> async_round_trip(Array a, std::vector<std::int32_t> data) {
+  co_await a.write(Region::all(a.shape()), as_bytes(data));
+  std::vector<std::int32_t> back(data.size());
+  co_await a.read(Region::all(a.shape()), as_writable(back));
+  co_return back;
+}
+
+}  // namespace
+
+TEST_CASE("codec work never runs on an I/O thread", "[engine][invariant]") {
+  Runtime rt({.codec_threads = 2});
+  auto store = std::make_shared<MemoryStore>();
+  for (const char* chain : kComputeChains) {
+    INFO(chain);
+    for (bool multi : {false, true}) {
+      auto a = Array::create_blocking(rt, store, multi ? "m" : "s",
+                                      make_meta({8, 12}, multi ? std::vector<std::uint64_t>{4, 3}
+                                                               : std::vector<std::uint64_t>{8, 12},
+                                                DataTypeKind::int32, codecs_json(chain)));
+      const auto data = iota_vec(96);
+      rt.reset_stats();
+      // Blocking API.
+      a.write_blocking(Region::all(a.shape()), as_bytes(data));
+      std::vector<std::int32_t> back(96);
+      a.read_blocking(Region::all(a.shape()), as_writable(back));
+      CHECK(back == data);
+      // Async API.
+      auto via_async = asio::co_spawn(rt.io_executor(), async_round_trip(a, data), asio::use_future).get();
+      CHECK(via_async == data);
+      // A single-element read (partial chunk) and write (read-modify-write).
+      const std::int32_t v = -5;
+      a.write_blocking({{1, 1}, {2, 2}}, as_bytes(std::span(&v, 1)));
+      std::int32_t w = 0;
+      a.read_blocking({{1, 1}, {2, 2}}, as_writable(std::span(&w, 1)));
+      CHECK(w == -5);
+      const auto s = rt.stats();
+      CHECK(s.codec_calls >= (multi ? 4 * 8 : 4));  // the counter sees the work...
+      CHECK(s.codec_calls_on_io_thread == 0);        // ...and none of it on an I/O thread
+      CHECK(s.pool_submissions > 0);
+    }
+  }
+}
+
+TEST_CASE("a call touching N chunks makes at most ceil(N / batch) pool submissions", "[engine][invariant]") {
+  const std::size_t batch = GENERATE(1, 4, 16);
+  Runtime rt({.codec_threads = 2, .batch_chunks = batch});
+  auto store = std::make_shared<MemoryStore>();
+  auto a = Array::create_blocking(rt, store, "a",
+                                  make_meta({40, 10}, {1, 10}, DataTypeKind::int32, codecs_json(kComputeChains[1])));
+  const auto data = iota_vec(400);
+  const std::size_t n = 40, limit = (n + batch - 1) / batch;
+  rt.reset_stats();
+  a.write_blocking(Region::all(a.shape()), as_bytes(data));
+  auto s = rt.stats();
+  CHECK(s.chunks == n);
+  CHECK(s.pool_submissions <= limit);
+  rt.reset_stats();
+  std::vector<std::int32_t> back(400);
+  a.read_blocking(Region::all(a.shape()), as_writable(back));
+  s = rt.stats();
+  CHECK(back == data);
+  CHECK(s.chunks == n);
+  CHECK(s.pool_submissions <= limit);
+  CHECK(s.pool_submissions >= 1);
+}
+
+TEST_CASE("per-chunk dispatch makes one submission per chunk (the baseline)", "[engine]") {
+  Runtime rt({.codec_threads = 2, .batch_chunks = 16, .dispatch = Dispatch::per_chunk});
+  auto a = Array::create_blocking(rt, std::make_shared<MemoryStore>(), "",
+                                  make_meta({40}, {1}, DataTypeKind::int32, codecs_json(kComputeChains[1])));
+  const auto data = iota_vec(40);
+  a.write_blocking(Region::all(a.shape()), as_bytes(data));
+  rt.reset_stats();
+  std::vector<std::int32_t> back(40);
+  a.read_blocking(Region::all(a.shape()), as_writable(back));
+  CHECK(back == data);
+  CHECK(rt.stats().pool_submissions == 40);
+}
+
+TEST_CASE("chunks with nothing to compute run without a hop", "[engine][invariant]") {
+  Runtime rt({.codec_threads = 2});
+  auto a = Array::create_blocking(
+      rt, std::make_shared<MemoryStore>(), "",
+      make_meta({64}, {8}, DataTypeKind::int32, codecs_json(R"([{"name":"bytes","configuration":{"endian":"little"}}])")));
+  const auto data = iota_vec(64);
+  a.write_blocking(Region::all(a.shape()), as_bytes(data));
+  rt.reset_stats();
+  std::vector<std::int32_t> back(64);
+  a.read_blocking(Region::all(a.shape()), as_writable(back));
+  CHECK(back == data);
+  const auto s = rt.stats();
+  CHECK(s.pool_submissions == 0);
+  CHECK(s.inline_batches == 1);
+  CHECK(s.codec_calls == 0);
+}
+
+TEST_CASE("the blocking API works from 8 threads at once", "[engine][invariant]") {
+  Runtime rt({.codec_threads = 2});
+  auto a = Array::create_blocking(rt, std::make_shared<MemoryStore>(), "",
+                                  make_meta({64, 64}, {8, 8}, DataTypeKind::int32, codecs_json(kComputeChains[1])));
+  const auto data = iota_vec(64 * 64);
+  a.write_blocking(Region::all(a.shape()), as_bytes(data));
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int k = 0; k < 50; ++k) {
+        const std::uint64_t r = static_cast<std::uint64_t>((t * 7 + k * 3) % 64);
+        std::vector<std::int32_t> row(64);
+        a.read_blocking({{r, 0}, {r + 1, 64}}, as_writable(row));
+        for (std::uint64_t c = 0; c < 64; ++c)
+          if (row[c] != data[r * 64 + c]) ++wrong;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  CHECK(wrong == 0);
+}
+
+TEST_CASE("the blocking API called from an I/O thread throws instead of deadlocking", "[engine][invariant]") {
+  Runtime rt({.codec_threads = 1});
+  auto a = Array::create_blocking(rt, std::make_shared<MemoryStore>(), "",
+                                  make_meta({4}, {2}, DataTypeKind::int32, codecs_json(kComputeChains[1])));
+  std::promise<std::string> result;
+  asio::post(rt.io_executor(), [&] {
+    try {
+      a.read_blocking(Region::all(a.shape()));
+      result.set_value("no error");
+    } catch (const InvalidArgument& e) {
+      result.set_value(e.what());
+    }
+  });
+  const auto msg = result.get_future().get();
+  CHECK(msg.find("deadlock") != std::string::npos);
+  // ...and from a codec pool thread.
+  std::promise<bool> threw;
+  asio::post(rt.codec_executor(), [&] {
+    try {
+      a.read_blocking(Region::all(a.shape()));
+      threw.set_value(false);
+    } catch (const InvalidArgument&) {
+      threw.set_value(true);
+    }
+  });
+  CHECK(threw.get_future().get());
+}
+
+TEST_CASE("missing chunks read as fill_value; regions land exactly", "[engine]") {
+  Runtime rt({.codec_threads = 2});
+  auto m = make_meta({5, 7}, {2, 3}, DataTypeKind::int16, codecs_json(kComputeChains[0]));
+  m.fill_value = parse_fill_value(-1, m.data_type, "k");
+  auto a = Array::create_blocking(rt, std::make_shared<MemoryStore>(), "x/y", m);
+  auto all = a.read_blocking(Region::all(a.shape()));
+  for (auto v : all.as<std::int16_t>()) REQUIRE(v == -1);
+  // Write a 2x4 block at (1, 2) and read a region straddling it.
+  std::vector<std::int16_t> block{10, 11, 12, 13, 20, 21, 22, 23};
+  a.write_blocking({{1, 2}, {3, 6}}, as_bytes(block));
+  auto r = a.read_blocking({{0, 1}, {4, 7}});
+  const std::vector<std::int16_t> expect{-1, -1, -1, -1, -1, -1,  //
+                                         -1, 10, 11, 12, 13, -1,  //
+                                         -1, 20, 21, 22, 23, -1,  //
+                                         -1, -1, -1, -1, -1, -1};
+  CHECK(std::vector<std::int16_t>(r.as<std::int16_t>().begin(), r.as<std::int16_t>().end()) == expect);
+  CHECK(r.shape == std::vector<std::uint64_t>{4, 6});
+  CHECK(a.chunk_key(std::vector<std::uint64_t>{1, 2}) == "x/y/c/1/2");
+}
+
+TEST_CASE("partial writes into edge chunks and existing chunks (b12)", "[engine][regression]") {
+  Runtime rt({.codec_threads = 2});
+  auto store = std::make_shared<MemoryStore>();
+  auto a = Array::create_blocking(
+      rt, store, "",
+      make_meta({10}, {3}, DataTypeKind::int32, codecs_json(R"([{"name":"bytes","configuration":{"endian":"little"}}])")));
+  const std::vector<std::int32_t> step1{7, 8, 9};
+  a.write_blocking({{7}, {10}}, as_bytes(step1));
+  CHECK(test::to_hex(stored(rt, store, "c/2")) == "00 00 00 00 07 00 00 00 08 00 00 00");
+  CHECK(test::to_hex(stored(rt, store, "c/3")) == "09 00 00 00 00 00 00 00 00 00 00 00");
+  std::vector<std::int32_t> back(4);
+  a.read_blocking({{6}, {10}}, as_writable(back));
+  CHECK(back == std::vector<std::int32_t>{0, 7, 8, 9});
+  const std::int32_t five = 5;
+  a.write_blocking({{6}, {7}}, as_bytes(std::span(&five, 1)));
+  CHECK(test::to_hex(stored(rt, store, "c/2")) == "05 00 00 00 07 00 00 00 08 00 00 00");
+  a.read_blocking({{6}, {10}}, as_writable(back));
+  CHECK(back == std::vector<std::int32_t>{5, 7, 8, 9});
+}
+
+TEST_CASE("0-d arrays: the only chunk key is c (b14)", "[engine][regression]") {
+  Runtime rt({.codec_threads = 1});
+  auto store = std::make_shared<MemoryStore>();
+  auto a = Array::create_blocking(rt, store, "",
+                                  make_meta({}, {}, DataTypeKind::float32, codecs_json(kComputeChains[1])));
+  CHECK(a.read_blocking(Region::all({})).as<float>()[0] == 0.0f);
+  const float v = 42.0f;
+  a.write_blocking(Region::all({}), as_bytes(std::span(&v, 1)));
+  CHECK(keys(rt, store, "c") == std::vector<std::string>{"c"});
+  CHECK(a.read_blocking(Region::all({})).as<float>()[0] == 42.0f);
+}
+
+TEST_CASE("zero-length dimensions make no store requests (b13)", "[engine][regression]") {
+  Runtime rt({.codec_threads = 1});
+  auto counting = std::make_shared<CountingStore>(std::make_shared<MemoryStore>());
+  auto a = Array::create_blocking(rt, counting, "",
+                                  make_meta({0}, {1}, DataTypeKind::int32, codecs_json(kComputeChains[1])));
+  auto b = Array::create_blocking(rt, counting, "b",
+                                  make_meta({1, 0}, {1, 1}, DataTypeKind::int32, codecs_json(kComputeChains[1])));
+  counting->reset();
+  CHECK(a.read_blocking(Region::all(a.shape())).data.empty());
+  const auto r = b.read_blocking(Region::all(b.shape()));
+  CHECK(r.shape == std::vector<std::uint64_t>{1, 0});
+  CHECK(r.data.empty());
+  CHECK(counting->counts().gets == 0);
+  // A chunk dimension of 0 is rejected at create.
+  CHECK_THROWS_AS(Array::create_blocking(rt, counting, "z",
+                                         make_meta({0}, {0}, DataTypeKind::int32, codecs_json(kComputeChains[1]))),
+                  InvalidMetadata);
+}
+
+TEST_CASE("empty chunks: bitwise comparison with the fill value (b29)", "[engine][regression]") {
+  Runtime rt({.codec_threads = 2});
+  auto store = std::make_shared<MemoryStore>();
+  auto a = Array::create_blocking(
+      rt, store, "",
+      make_meta({2}, {1}, DataTypeKind::float32, codecs_json(R"([{"name":"bytes","configuration":{"endian":"little"}}])")));
+  const std::vector<float> zeros{0.0f, 0.0f}, neg{-0.0f, -0.0f};
+  a.write_blocking(Region::all(a.shape()), as_bytes(zeros));
+  CHECK(keys(rt, store, "c").empty());
+  a.write_blocking(Region::all(a.shape()), as_bytes(neg));
+  CHECK(keys(rt, store, "c/") == std::vector<std::string>{"c/0", "c/1"});
+  CHECK(test::to_hex(stored(rt, store, "c/0")) == "00 00 00 80");
+  CHECK(std::signbit(a.read_blocking(Region::all(a.shape())).as<float>()[1]));
+  // Writing the fill value again erases the stored chunks.
+  a.write_blocking(Region::all(a.shape()), as_bytes(zeros));
+  CHECK(keys(rt, store, "c").empty());
+  // A NaN payload differs from the canonical NaN fill: stored, payload kept.
+  auto m = make_meta({1}, {1}, DataTypeKind::float32, codecs_json(R"([{"name":"bytes","configuration":{"endian":"little"}}])"));
+  m.fill_value = parse_fill_value("NaN", m.data_type, "k");
+  auto n = Array::create_blocking(rt, store, "n", m);
+  const float payload = std::bit_cast<float>(0x7fc00001u);
+  n.write_blocking(Region::all(n.shape()), as_bytes(std::span(&payload, 1)));
+  CHECK(test::to_hex(stored(rt, store, "n/c/0")) == "01 00 c0 7f");
+  CHECK(std::bit_cast<std::uint32_t>(n.read_blocking(Region::all(n.shape())).as<float>()[0]) == 0x7fc00001u);
+}
+
+TEST_CASE("concurrent writers into one chunk lose no update", "[engine][concurrency]") {
+  Runtime rt({.codec_threads = 2});
+  auto store = std::make_shared<MemoryStore>();
+  auto a = Array::create_blocking(rt, store, "",
+                                  make_meta({8 * 100}, {8 * 100}, DataTypeKind::int32, codecs_json(kComputeChains[1])));
+  std::vector<std::thread> writers;
+  for (int t = 0; t < 8; ++t) {
+    writers.emplace_back([&, t] {
+      for (std::uint64_t k = 0; k < 100; ++k) {
+        const std::uint64_t i = k * 8 + static_cast<std::uint64_t>(t);
+        const auto v = static_cast<std::int32_t>(i + 1);
+        a.write_blocking({{i}, {i + 1}}, as_bytes(std::span(&v, 1)));
+      }
+    });
+  }
+  for (auto& w : writers) w.join();
+  const auto r = a.read_blocking(Region::all(a.shape()));
+  const auto expect = iota_vec(800);
+  CHECK(std::equal(expect.begin(), expect.end(), r.as<std::int32_t>().begin()));
+}
+
+TEST_CASE("a tiny memory budget still completes (no deadlock)", "[engine]") {
+  Runtime rt({.codec_threads = 2, .max_inflight_requests = 1, .max_inflight_bytes = 1});
+  auto a = Array::create_blocking(rt, std::make_shared<MemoryStore>(), "",
+                                  make_meta({100}, {10}, DataTypeKind::int32, codecs_json(kComputeChains[1])));
+  const auto data = iota_vec(100);
+  a.write_blocking(Region::all(a.shape()), as_bytes(data));
+  std::vector<std::int32_t> back(100);
+  a.read_blocking(Region::all(a.shape()), as_writable(back));
+  CHECK(back == data);
+}
+
+TEST_CASE("a runtime can adopt a service's io_context", "[engine]") {
+  asio::io_context io;
+  auto guard = asio::make_work_guard(io);
+  std::thread loop([&] { io.run(); });
+  {
+    Runtime rt(io, {.codec_threads = 2});
+    auto a = Array::create_blocking(rt, std::make_shared<MemoryStore>(), "",
+                                    make_meta({16}, {4}, DataTypeKind::int32, codecs_json(kComputeChains[1])));
+    const auto data = iota_vec(16);
+    a.write_blocking(Region::all(a.shape()), as_bytes(data));
+    auto r = a.read_blocking(Region::all(a.shape()));
+    CHECK(std::equal(data.begin(), data.end(), r.as<std::int32_t>().begin()));
+    CHECK(rt.stats().codec_calls_on_io_thread == 0);
+    guard.reset();
+    io.stop();
+    loop.join();
+  }
+}
+
+TEST_CASE("bad calls get typed errors naming the key and the field", "[engine][errors]") {
+  Runtime rt({.codec_threads = 1});
+  auto store = std::make_shared<MemoryStore>();
+  auto a = Array::create_blocking(rt, store, "",
+                                  make_meta({4}, {2}, DataTypeKind::int32, codecs_json(kComputeChains[2])));
+  std::vector<std::int32_t> buf(4);
+  CHECK_THROWS_AS(a.read_blocking({{0}, {5}}, as_writable(buf)), InvalidArgument);
+  CHECK_THROWS_AS(a.read_blocking({{0}, {3}}, as_writable(buf)), InvalidArgument);  // buffer size
+  CHECK_THROWS_AS(a.read_blocking({{0, 0}, {1, 1}}, as_writable(buf)), InvalidArgument);
+  // A corrupted chunk: the crc32c mismatch names the chunk key and the codec.
+  const auto data = iota_vec(4);
+  a.write_blocking(Region::all(a.shape()), as_bytes(data));
+  Bytes bad = stored(rt, store, "c/1");
+  bad[0] ^= std::byte{1};
+  asio::co_spawn(rt.io_executor(), store->set("c/1", bad), asio::use_future).get();
+  try {
+    a.read_blocking(Region::all(a.shape()), as_writable(buf));
+    FAIL("expected CorruptChunk");
+  } catch (const CorruptChunk& e) {
+    CHECK(e.key() == "c/1");
+    CHECK(e.field() == "crc32c");
+  }
+  // Opening a missing array: NotFound naming the metadata key.
+  try {
+    Array::open_blocking(rt, store, "nope");
+    FAIL("expected NotFound");
+  } catch (const NotFound& e) {
+    CHECK(e.key() == "nope/zarr.json");
+  }
+  CHECK_THROWS_AS(Array::open_blocking(rt, store, "../x"), InvalidArgument);
+}
+
+TEST_CASE("groups and reopened arrays keep their metadata", "[engine]") {
+  Runtime rt({.codec_threads = 1});
+  auto store = std::make_shared<MemoryStore>();
+  auto g = Group::create_blocking(rt, store, "g", {{"title", "t"}});
+  CHECK(Group::open_blocking(rt, store, "g").attributes()["title"] == "t");
+  auto m = make_meta({3}, {2}, DataTypeKind::uint8, codecs_json(R"([{"name":"bytes"}])"));
+  m.attributes = {{"units", "m"}};
+  m.dimension_names = std::vector<std::optional<std::string>>{"x"};
+  Array::create_blocking(rt, store, "g/a", m);
+  auto a = Array::open_blocking(rt, store, "g/a");
+  CHECK(a.metadata().attributes["units"] == "m");
+  CHECK(a.metadata().dimension_names->at(0) == "x");
+  CHECK_THROWS_AS(Group::open_blocking(rt, store, "g/a"), InvalidMetadata);
+  CHECK(Region::parse("0:2", {3}).stop == std::vector<std::uint64_t>{2});
+  CHECK(Region::parse(":,1", {3, 4}).start == std::vector<std::uint64_t>{0, 1});
+  CHECK_THROWS_AS(Region::parse("0:9", {3}), InvalidArgument);
+}
