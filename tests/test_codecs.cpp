@@ -11,6 +11,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -783,6 +784,32 @@ TEST_CASE("pipeline scratch is safe when a codec runs a nested pipeline", "[code
   outer.encode(data, enc);
   outer.decode(enc, out);
   CHECK(out == data);
+}
+
+TEST_CASE("one pipeline decodes on several threads at once", "[codecs][pipeline]") {
+  const auto p = parse(
+      R"([{"name":"transpose","configuration":{"order":[1,0]}},{"name":"bytes","configuration":{"endian":"big"}},)"
+      R"({"name":"gzip","configuration":{"level":1}},{"name":"zstd","configuration":{"level":1}},"crc32c"])",
+      DataTypeKind::int32, {40, 50});
+  std::vector<Bytes> inputs, encoded(8);
+  for (unsigned k = 0; k < 8; ++k) {
+    inputs.push_back(random_bytes(p->chunk_spec().num_bytes(), 100 + k));
+    p->encode(inputs[k], encoded[k]);
+  }
+  std::vector<int> failures(4, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      Bytes out(inputs[0].size()), enc;
+      for (int rep = 0; rep < 40; ++rep) {
+        const std::size_t k = static_cast<std::size_t>(rep + t) % inputs.size();
+        p->decode(encoded[k], out);
+        p->encode(inputs[k], enc);
+        if (out != inputs[k] || enc != encoded[k]) ++failures[t];
+      }
+    });
+  for (auto& th : threads) th.join();
+  CHECK(failures == std::vector<int>(4, 0));
 }
 
 // ---------------------------------------------------------------- numcodecs fixtures
