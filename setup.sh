@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs what zarrcoro needs on Debian 12 (bookworm): only the packages that
+# are missing, so it is a no-op on a prepared machine. Run as root or with sudo.
+#   ./setup.sh            build and test dependencies
+# Also installs the pinned zarrita (npm) used by the interop test.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+packages=(
+  g++ cmake ninja-build pkg-config ccache
+  libboost1.81-dev libzstd-dev zlib1g-dev libspdlog-dev catch2 nlohmann-json3-dev
+  liburing-dev libcli11-dev libblosc-dev
+)
+# Node.js may come from elsewhere (its own npm included): check the commands.
+command -v node >/dev/null || packages+=(nodejs)
+command -v npm >/dev/null || packages+=(npm)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The zarrita peer for tests/test_interop_zarrita (pinned by package-lock.json).
+if [ -f tests/interop/package-lock.json ] && [ ! -d tests/interop/node_modules/zarrita ]; then
+  echo "setup: installing zarrita for the interop test"
+  npm ci --prefix tests/interop --no-audit --no-fund --loglevel=error >/dev/null
+fi
