@@ -1,0 +1,308 @@
+// The `zarrcoro` command-line tool, run as a subprocess in a temporary
+// directory: import -> info -> export round trips with every codec, and bad
+// input of every kind giving exit code 2 and one line on stderr.
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <zarrcoro/npy.hpp>
+
+#include "support.hpp"
+
+namespace fs = std::filesystem;
+using namespace zarrcoro;
+
+namespace {
+
+#ifdef ZARRCORO_CLI
+#define REQUIRE_CLI() (void)0
+const char* const kCli = ZARRCORO_CLI;
+#else
+#define REQUIRE_CLI()                                            \
+  WARN("SKIPPED: the zarrcoro CLI was not built (ZARRCORO_BUILD_TOOLS=OFF)"); \
+  return
+const char* const kCli = "";
+#endif
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// A fresh directory removed at the end of the test case.
+struct TempDir {
+  fs::path path = fs::temp_directory_path() / ("zarrcoro_cli_" + std::to_string(std::random_device{}()));
+  TempDir() { fs::create_directories(path); }
+  ~TempDir() { fs::remove_all(path); }
+  fs::path operator/(const std::string& name) const { return path / name; }
+
+  // Runs the CLI in this directory.
+  Result run(const std::vector<std::string>& args) const {
+    std::string cmd = "cd " + shell_quote(path.string()) + " && " + shell_quote(kCli);
+    for (const auto& a : args) cmd += " " + shell_quote(a);
+    cmd += " >" + shell_quote((path / ".stdout").string()) + " 2>" + shell_quote((path / ".stderr").string());
+    const int status = std::system(cmd.c_str());
+    Result r;
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r.out = slurp(path / ".stdout");
+    r.err = slurp(path / ".stderr");
+    return r;
+  }
+};
+
+std::string joined(const std::vector<std::string>& args) {
+  std::string s;
+  for (const auto& a : args) s += a + " ";
+  return s;
+}
+
+// Succeeds, printing nothing on stderr.
+Result ok(const TempDir& dir, const std::vector<std::string>& args) {
+  Result r = dir.run(args);
+  INFO(joined(args) << "\nstderr: " << r.err);
+  CHECK(r.code == 0);
+  CHECK(r.err.empty());
+  return r;
+}
+
+// Fails with exit code 2, one stderr line "zarrcoro: error: ...", nothing on stdout.
+void fails(const TempDir& dir, const std::vector<std::string>& args, const std::string& needle) {
+  const Result r = dir.run(args);
+  INFO(joined(args) << "\nstderr: " << r.err << "\nstdout: " << r.out);
+  CHECK(r.code == 2);
+  CHECK(r.out.empty());
+  CHECK(r.err.rfind("zarrcoro: error: ", 0) == 0);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  CHECK(r.err.back() == '\n');
+  CHECK(r.err.find(needle) != std::string::npos);
+}
+
+NdArray make(DataType t, std::vector<std::uint64_t> shape, unsigned seed) {
+  NdArray a{t, std::move(shape), {}};
+  std::mt19937 rng(seed);
+  a.data.resize(a.num_elements() * t.size());
+  for (std::size_t i = 0; i < a.data.size(); ++i) {
+    if (t == DataTypeKind::bool_) a.data[i] = std::byte(rng() & 1);
+    else if (t.is_float() || t.is_complex())  // small integers: no NaN payloads to worry about
+      a.data[i] = i % t.swap_unit() == t.swap_unit() - 1 ? std::byte(0x40) : std::byte(rng() & 0xff);
+    else a.data[i] = std::byte(i % 7 == 0 ? 0 : rng() & 0xff);  // some runs of zeros for the codecs
+  }
+  return a;
+}
+
+// The sub-array of `a` in `r` (C order), by walking every element.
+NdArray slice(const NdArray& a, const Region& r) {
+  NdArray out{a.dtype, r.shape(), {}};
+  const std::size_t item = a.dtype.size();
+  out.data.resize(out.num_elements() * item);
+  std::vector<std::uint64_t> idx = r.start;
+  for (std::uint64_t n = 0; n < out.num_elements(); ++n) {
+    std::uint64_t off = 0;
+    for (std::size_t d = 0; d < idx.size(); ++d) off = off * a.shape[d] + idx[d];
+    std::memcpy(out.data.data() + n * item, a.data.data() + off * item, item);
+    for (std::size_t d = idx.size(); d-- > 0;) {
+      if (++idx[d] < r.stop[d]) break;
+      idx[d] = r.start[d];
+    }
+  }
+  return out;
+}
+
+std::string join(const std::vector<std::uint64_t>& v) {
+  std::string s;
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("cli: import, info and export round-trip exactly with every codec") {
+  REQUIRE_CLI();
+  TempDir dir;
+  struct Case {
+    DataType dtype;
+    std::vector<std::uint64_t> shape, chunks;
+    std::string region;
+  };
+  const std::vector<Case> cases{
+      {DataTypeKind::int32, {37, 23}, {10, 8}, "3:30,5:6"},
+      {DataTypeKind::float64, {50}, {16}, "7:"},
+      {DataTypeKind::uint16, {5, 6, 7}, {2, 4, 3}, "1:4,:,2:7"},
+      {DataTypeKind::complex64, {9, 4}, {4, 4}, "8,1:3"},
+      {DataTypeKind::bool_, {40, 3}, {7, 3}, "0:0,:"},
+      {DataTypeKind::float16, {12}, {5}, ""},
+      {DataTypeKind::int8, {}, {}, ""},
+  };
+  int n = 0;
+  for (const std::string codec : {"zstd:3", "gzip:5", "none"}) {
+    for (const std::string endian : {"little", "big"}) {
+      for (const auto& c : cases) {
+        const std::string tag = std::to_string(n++);
+        CAPTURE(codec, endian, c.dtype.name(), c.shape);
+        const NdArray a = make(c.dtype, c.shape, static_cast<unsigned>(n));
+        write_npy(dir / (tag + ".npy"), a);
+        ok(dir, {"import", tag + ".npy", tag + ".zarr", "--chunks", join(c.chunks), "--codec", codec, "--endian", endian});
+
+        const Result info = ok(dir, {"info", tag + ".zarr"});
+        const auto j = nlohmann::json::parse(info.out);
+        CHECK(j["zarr_format"] == 3);
+        CHECK(j["node_type"] == "array");
+        CHECK(j["shape"] == c.shape);
+        CHECK(j["data_type"] == c.dtype.name());
+        CHECK(j["chunk_shape"] == c.chunks);
+        CHECK(j["fill_value"] == (c.dtype == DataTypeKind::bool_ ? nlohmann::json(false)
+                                  : c.dtype.is_complex()          ? nlohmann::json({0.0, 0.0})
+                                                                  : nlohmann::json(0)));
+        CHECK(j["attributes"] == nlohmann::json::object());
+        CHECK(j["chunk_key_encoding"]["name"] == "default");
+        const auto& codecs = j["codecs"];
+        REQUIRE(codecs.size() == (codec == "none" ? 1u : 2u));
+        CHECK(codecs[0]["name"] == "bytes");
+        if (c.dtype.size() > 1) CHECK(codecs[0]["configuration"]["endian"] == endian);
+        if (codec != "none") {
+          CHECK(codecs[1]["name"] == codec.substr(0, 4));
+          CHECK(codecs[1]["configuration"]["level"] == std::stoi(codec.substr(5)));
+        }
+
+        ok(dir, {"export", tag + ".zarr", tag + ".out.npy"});
+        CHECK(test::read_file(dir / (tag + ".out.npy")) == test::read_file(dir / (tag + ".npy")));
+
+        ok(dir, {"export", tag + ".zarr", tag + ".r.npy", "--region", c.region});
+        CHECK(test::read_file(dir / (tag + ".r.npy")) == encode_npy(slice(a, Region::parse(c.region, c.shape))));
+      }
+    }
+  }
+}
+
+TEST_CASE("cli: import options: default chunks, codec defaults, fill values") {
+  REQUIRE_CLI();
+  TempDir dir;
+  NdArray a = make(DataTypeKind::float32, {6, 4}, 7);
+  write_npy(dir / "f.npy", a);
+
+  ok(dir, {"import", "f.npy", "one", "--zarr-format", "3"});
+  auto j = nlohmann::json::parse(ok(dir, {"info", "one"}).out);
+  CHECK(j["chunk_shape"] == std::vector<std::uint64_t>{6, 4});
+  CHECK(j["codecs"][1] == nlohmann::json{{"name", "zstd"}, {"configuration", {{"level", 3}, {"checksum", false}}}});
+
+  ok(dir, {"import", "f.npy", "nan", "--chunks", "4,4", "--codec", "gzip", "--fill-value", "NaN"});
+  j = nlohmann::json::parse(ok(dir, {"info", "nan"}).out);
+  CHECK(j["fill_value"] == "NaN");
+  CHECK(j["codecs"][1]["configuration"]["level"] == 5);
+  ok(dir, {"export", "nan", "nan.npy"});
+  CHECK(test::read_file(dir / "nan.npy") == test::read_file(dir / "f.npy"));
+
+  // Chunks that hold only the fill value are not stored, and read back as it.
+  NdArray z{DataTypeKind::int16, {8, 8}, Bytes(128)};
+  for (auto& v : z.as<std::int16_t>()) v = -1;
+  z.as<std::int16_t>()[0] = 5;
+  write_npy(dir / "z.npy", z);
+  ok(dir, {"import", "z.npy", "z", "--chunks", "4,4", "--fill-value", "-1", "--codec", "none"});
+  CHECK(fs::exists(dir / "z/c/0/0"));
+  CHECK_FALSE(fs::exists(dir / "z/c/1/1"));
+  ok(dir, {"export", "z", "z2.npy"});
+  CHECK(test::read_file(dir / "z2.npy") == test::read_file(dir / "z.npy"));
+
+  // An existing empty directory is a fine destination.
+  fs::create_directories(dir / "empty");
+  ok(dir, {"import", "z.npy", "empty", "--chunks", "8,8"});
+  CHECK(ok(dir, {"--help"}).out.find("import") != std::string::npos);
+}
+
+TEST_CASE("cli: info on a group lists its child nodes") {
+  REQUIRE_CLI();
+  TempDir dir;
+  fs::create_directories(dir / "g/sub");
+  fs::create_directories(dir / "g/not_a_node");
+  std::ofstream(dir / "g/zarr.json") << R"({"zarr_format": 3, "node_type": "group", "attributes": {"k": [1, 2]}})";
+  std::ofstream(dir / "g/sub/zarr.json") << R"({"zarr_format": 3, "node_type": "group"})";
+  write_npy(dir / "a.npy", make(DataTypeKind::uint8, {10}, 1));
+  ok(dir, {"import", "a.npy", "g/arr", "--chunks", "4"});
+
+  const auto j = nlohmann::json::parse(ok(dir, {"info", "g"}).out);
+  CHECK(j["node_type"] == "group");
+  CHECK(j["zarr_format"] == 3);
+  CHECK(j["attributes"] == nlohmann::json{{"k", {1, 2}}});
+  CHECK(j["children"] == nlohmann::json::parse(R"([{"name": "arr", "node_type": "array"},
+                                                    {"name": "sub", "node_type": "group"}])"));
+}
+
+TEST_CASE("cli: bad input of any kind exits 2 with one line on stderr") {
+  REQUIRE_CLI();
+  TempDir dir;
+  const NdArray a = make(DataTypeKind::int32, {50}, 3);
+  write_npy(dir / "a.npy", a);
+  ok(dir, {"import", "a.npy", "arr", "--chunks", "16"});
+  fs::create_directories(dir / "g");
+  std::ofstream(dir / "g/zarr.json") << R"({"zarr_format": 3, "node_type": "group"})";
+  fs::create_directories(dir / "plain");
+  // An object-dtype (pickle) .npy as NumPy writes it for np.array([None, 1]).
+  {
+    std::string h = "{'descr': '|O', 'fortran_order': False, 'shape': (2,), }";
+    h += std::string(64 - (10 + h.size() + 1) % 64, ' ') + "\n";
+    std::ofstream f(dir / "obj.npy", std::ios::binary);
+    f << std::string("\x93NUMPY\x01\x00", 8) << char(h.size()) << char(0) << h << "\x80\x02]q\x00(NK\x01\x65.";
+  }
+  std::ofstream(dir / "junk.npy") << "this is not a npy file";
+
+  fails(dir, {"info", "nonexistent"}, "does not exist");
+  fails(dir, {"export", "nonexistent", "o.npy"}, "does not exist");
+  fails(dir, {"info", "a.npy"}, "not a directory");
+  fails(dir, {"export", "arr", "o.npy", "--region", "0:99"}, "region");
+  fails(dir, {"export", "arr", "o.npy", "--region", "0:10,0:2"}, "region");
+  fails(dir, {"export", "arr", "o.npy", "--region", "x:3"}, "region");
+  fails(dir, {"import", "a.npy", "b", "--codec", "lz9:1"}, "lz9:1");
+  fails(dir, {"import", "a.npy", "b", "--codec", "zstd:abc"}, "level");
+  fails(dir, {"import", "a.npy", "b", "--codec", "gzip:10"}, "level");
+  fails(dir, {"import", "obj.npy", "b", "--chunks", "2"}, "descr");
+  fails(dir, {"import", "junk.npy", "b"}, "magic");
+  fails(dir, {"import", "missing.npy", "b"}, "missing.npy");
+  fails(dir, {"import", "a.npy", "b", "--chunks", "10,10"}, "--chunks");
+  fails(dir, {"import", "a.npy", "b", "--chunks", "0"}, "--chunks");
+  fails(dir, {"import", "a.npy", "b", "--fill-value", "1.5"}, "fill_value");
+  fails(dir, {"import", "a.npy", "b", "--fill-value", "[1"}, "fill_value");
+  fails(dir, {"import", "a.npy", "b", "--endian", "middle"}, "endian");
+  fails(dir, {"import", "a.npy", "b", "--zarr-format", "2"}, "v2 output is not supported yet");
+  fails(dir, {"import", "a.npy", "b", "--zarr-format", "4"}, "zarr-format");
+  fails(dir, {"import", "a.npy", "arr"}, "already exists");
+  fails(dir, {"export", "g", "o.npy"}, "not an array");
+  fails(dir, {"export", "plain", "o.npy"}, "no zarr.json");
+  fails(dir, {"info", "plain"}, "no zarr.json");
+  fails(dir, {"export", "arr", "no/such/dir/o.npy"}, "o.npy");
+  fails(dir, {}, "subcommand");
+  fails(dir, {"info"}, "PATH");
+  fails(dir, {"export", "arr"}, "OUT");
+  fails(dir, {"frobnicate", "x"}, "frobnicate");
+  fails(dir, {"info", "arr", "--bogus"}, "--bogus");
+  CHECK_FALSE(fs::exists(dir / "b"));
+  CHECK_FALSE(fs::exists(dir / "o.npy"));
+
+  // Broken metadata and a corrupt chunk are engine errors, reported the same way.
+  std::ofstream(dir / "plain/zarr.json") << R"({"zarr_format": 3, "node_type": "array", "shape": [2]})";
+  fails(dir, {"export", "plain", "o.npy"}, "zarr.json");
+  std::ofstream(dir / "plain/zarr.json") << "{not json";
+  fails(dir, {"info", "plain"}, "zarr.json");
+  ok(dir, {"import", "a.npy", "z", "--chunks", "16", "--codec", "zstd:1"});
+  std::ofstream(dir / "z/c/1", std::ios::binary | std::ios::trunc) << "garbage, not a zstd frame";
+  fails(dir, {"export", "z", "o.npy"}, "c/1");
+  ok(dir, {"export", "z", "o.npy", "--region", "0:16"});  // chunk 0 is intact
+}
