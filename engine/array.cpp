@@ -195,9 +195,7 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
     try {
       co_await self->fetch(i);
     } catch (...) {
-      self->fail(std::current_exception());
-      self->task(i).computes = false;
-      self->skip_.push_back(i);
+      self->task(i).error = std::current_exception();  // skipped by the scheduler
     }
     --self->active_;
     self->pending_.push_back(i);
@@ -214,9 +212,8 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
     auto batch = std::make_shared<detail::TaskBatch>();
     std::vector<std::size_t> ids(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(n));
     pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(n));
-    for (auto i : ids) {
-      if (std::find(skip_.begin(), skip_.end(), i) == skip_.end()) batch->tasks.push_back(&task(i));
-    }
+    for (auto i : ids)
+      if (!task(i).error) batch->tasks.push_back(&task(i));
     auto self = shared_from_this();
     batch->on_done = [self, ids = std::move(ids)]() mutable {
       asio::co_spawn(self->strand_, after_batch(self, std::move(ids)), asio::detached);
@@ -271,7 +268,7 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
   std::size_t batch_chunks_;
   std::size_t active_ = 0, remaining_ = 0;
   bool spawner_idle_ = false;
-  std::vector<std::size_t> pending_, skip_;
+  std::vector<std::size_t> pending_;
   std::exception_ptr error_;
   Done done_;
 };
