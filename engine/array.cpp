@@ -11,13 +11,13 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
-#include <boost/asio/use_future.hpp>
 #include <spdlog/spdlog.h>
 
 #include <zarrcoro/error.hpp>
 #include <zarrcoro/runtime.hpp>
 
 #include "codecs/pipeline.hpp"
+#include "engine/blocking.hpp"
 #include "engine/engine_state.hpp"
 #include "engine/indexing.hpp"
 
@@ -499,18 +499,6 @@ asio::awaitable<void> run_op(std::shared_ptr<const Array::State> st, Region regi
   co_await asio::co_spawn(op->strand(), op->run(), use_awaitable);
 }
 
-void check_not_runtime_thread(Runtime& rt) {
-  if (rt.on_io_thread() || rt.on_codec_thread())
-    throw InvalidArgument("", "", "a blocking call on a runtime thread would deadlock; co_await the "
-                                  "async API instead");
-}
-
-template <class T>
-T wait(Runtime& rt, asio::awaitable<T> a) {
-  check_not_runtime_thread(rt);
-  return asio::co_spawn(rt.io_executor(), std::move(a), asio::use_future).get();
-}
-
 }  // namespace
 
 // ---- Array ---------------------------------------------------------------------
@@ -562,12 +550,12 @@ asio::awaitable<Array> Array::create(Runtime& rt, std::shared_ptr<Store> store, 
 }
 
 Array Array::open_blocking(Runtime& rt, std::shared_ptr<Store> store, std::string path) {
-  return wait(rt, open(rt, std::move(store), std::move(path)));
+  return detail::wait(rt, open(rt, std::move(store), std::move(path)));
 }
 
 Array Array::create_blocking(Runtime& rt, std::shared_ptr<Store> store, std::string path,
                              ArrayMetadata metadata) {
-  return wait(rt, create(rt, std::move(store), std::move(path), std::move(metadata)));
+  return detail::wait(rt, create(rt, std::move(store), std::move(path), std::move(metadata)));
 }
 
 const ArrayMetadata& Array::metadata() const { return state_->meta; }
@@ -592,13 +580,13 @@ asio::awaitable<void> Array::write(Region region, ByteSpan in) const {
 }
 
 void Array::read_blocking(const Region& region, MutableByteSpan out) const {
-  wait(*state_->rt, read(region, out));
+  detail::wait(*state_->rt, read(region, out));
 }
 
-NdArray Array::read_blocking(const Region& region) const { return wait(*state_->rt, read(region)); }
+NdArray Array::read_blocking(const Region& region) const { return detail::wait(*state_->rt, read(region)); }
 
 void Array::write_blocking(const Region& region, ByteSpan in) const {
-  wait(*state_->rt, write(region, in));
+  detail::wait(*state_->rt, write(region, in));
 }
 
 }  // namespace zarrcoro

@@ -1,10 +1,9 @@
 // Groups (Zarr v3 core spec, "Group metadata").
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/use_future.hpp>
-
 #include <zarrcoro/array.hpp>
 #include <zarrcoro/error.hpp>
 #include <zarrcoro/runtime.hpp>
+
+#include "engine/blocking.hpp"
 
 namespace zarrcoro {
 namespace {
@@ -32,13 +31,6 @@ nlohmann::json parse_group(const nlohmann::json& j, const std::string& key) {
   return attrs;
 }
 
-template <class T>
-T wait(Runtime& rt, boost::asio::awaitable<T> a) {
-  if (rt.on_io_thread() || rt.on_codec_thread())
-    throw InvalidArgument("", "", "a blocking call on a runtime thread would deadlock");
-  return boost::asio::co_spawn(rt.io_executor(), std::move(a), boost::asio::use_future).get();
-}
-
 }  // namespace
 
 awaitable<Group> Group::open(Runtime&, std::shared_ptr<Store> store, std::string path) {
@@ -61,12 +53,12 @@ awaitable<Group> Group::create(Runtime&, std::shared_ptr<Store> store, std::stri
 }
 
 Group Group::open_blocking(Runtime& rt, std::shared_ptr<Store> store, std::string path) {
-  return wait(rt, open(rt, std::move(store), std::move(path)));
+  return detail::wait(rt, open(rt, std::move(store), std::move(path)));
 }
 
 Group Group::create_blocking(Runtime& rt, std::shared_ptr<Store> store, std::string path,
                              nlohmann::json attributes) {
-  return wait(rt, create(rt, std::move(store), std::move(path), std::move(attributes)));
+  return detail::wait(rt, create(rt, std::move(store), std::move(path), std::move(attributes)));
 }
 
 }  // namespace zarrcoro
