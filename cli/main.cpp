@@ -158,8 +158,8 @@ void cmd_info(const fs::path& dir) {
   const auto node = read_node(rt, *store, dir);
   const auto type = node["node_type"].get<std::string>();
   if (type == "array") {
-    const Array a = at(dir, [&] { return Array::open_blocking(rt, store, ""); });
-    const ArrayMetadata& m = a.metadata();
+    // Metadata only: an array whose codecs this build cannot run is still described.
+    const ArrayMetadata m = at(dir, [&] { return ArrayMetadata::from_json(node, "zarr.json"); });
     const auto j = m.to_json();
     ojson out{{"zarr_format", 3}, {"node_type", "array"}, {"shape", m.shape}, {"data_type", m.data_type.name()}};
     out["chunk_shape"] = m.chunk_shape;
