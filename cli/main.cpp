@@ -103,7 +103,7 @@ ojson ordered(const nlohmann::json& j) {
     for (const auto& v : j) out.push_back(ordered(v));
     return out;
   }
-  if (!j.is_object()) return ojson::parse(j.dump());
+  if (!j.is_object()) return ojson::parse(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   ojson out = ojson::object();
   if (j.contains("name")) out["name"] = ordered(j["name"]);
   for (const auto& [k, v] : j.items()) out[k] = ordered(v);
