@@ -20,6 +20,7 @@
 #include "engine/blocking.hpp"
 #include "engine/engine_state.hpp"
 #include "engine/indexing.hpp"
+#include "engine/node.hpp"
 
 namespace zarrcoro {
 
@@ -36,7 +37,6 @@ struct Array::State {
   std::shared_ptr<const codecs::CodecPipeline> pipeline;
   Bytes fill;  // one element
 
-  std::string meta_key() const { return prefix + "zarr.json"; }
   std::string chunk_key(std::span<const std::uint64_t> coords) const {
     return prefix + meta.chunk_key_encoding.encode(coords);
   }
@@ -504,48 +504,38 @@ asio::awaitable<void> run_op(std::shared_ptr<const Array::State> st, Region regi
 // ---- Array ---------------------------------------------------------------------
 
 namespace {
-std::string prefix_of(const std::string& path) {
-  if (path.empty()) return "";
-  validate_key(path);
-  return path + "/";
-}
-
 std::shared_ptr<Array::State> make_state(Runtime& rt, std::shared_ptr<Store> store, std::string path,
                                          ArrayMetadata meta) {
   auto st = std::make_shared<Array::State>();
   st->rt = &rt;
   st->store = std::move(store);
-  st->prefix = prefix_of(path);
+  st->prefix = detail::node_prefix(path);
   st->path = std::move(path);
-  meta.validate(st->meta_key());
+  const std::string key = detail::array_metadata_key(st->path, meta.zarr_format);
+  meta.validate(key);
   if (meta.fill_value.empty()) meta.fill_value.assign(meta.data_type.size(), std::byte{0});
   st->fill = meta.fill_value;
   codecs::ArraySpec spec{meta.data_type, meta.chunk_shape};
   try {
-    st->pipeline = codecs::CodecPipeline::from_json(meta.codecs, spec);
+    st->pipeline = codecs::CodecPipeline::from_json(detail::pipeline_codecs(meta), spec);
   } catch (const Error& e) {
-    throw_error(e.code(), st->prefix + "zarr.json", e.field(), e.detail());
+    throw_error(e.code(), key, e.field(), e.detail());
   }
+  if (meta.zarr_format == 3) meta.codecs = st->pipeline->to_json();
   st->meta = std::move(meta);
-  st->meta.codecs = st->pipeline->to_json();
   return st;
 }
 }  // namespace
 
 asio::awaitable<Array> Array::open(Runtime& rt, std::shared_ptr<Store> store, std::string path) {
-  const std::string key = prefix_of(path) + "zarr.json";
-  auto doc = co_await store->get(key);
-  if (!doc) throw NotFound(key, "", "no array metadata at '" + key + "'");
-  const auto j = parse_json({reinterpret_cast<const char*>(doc->data()), doc->size()}, key);
-  co_return Array(make_state(rt, std::move(store), std::move(path), ArrayMetadata::from_json(j, key)));
+  auto meta = co_await detail::load_array_metadata(*store, path);
+  co_return Array(make_state(rt, std::move(store), std::move(path), std::move(meta)));
 }
 
 asio::awaitable<Array> Array::create(Runtime& rt, std::shared_ptr<Store> store, std::string path,
                                      ArrayMetadata metadata) {
   auto st = make_state(rt, store, std::move(path), std::move(metadata));
-  const std::string text = dump_json(st->meta.to_json());
-  co_await store->set(st->meta_key(), Bytes(reinterpret_cast<const std::byte*>(text.data()),
-                                            reinterpret_cast<const std::byte*>(text.data() + text.size())));
+  co_await detail::store_array_metadata(*store, st->path, st->meta);
   co_return Array(std::move(st));
 }
 
