@@ -9,7 +9,9 @@ cd "$(dirname "$0")"
 packages=(
   g++ cmake ninja-build pkg-config ccache
   libboost1.81-dev libzstd-dev zlib1g-dev libspdlog-dev catch2 nlohmann-json3-dev
-  liburing-dev libcli11-dev libblosc-dev
+  liburing-dev libcli11-dev libblosc-dev liblz4-dev libssl-dev
+  python3-zarr python3-numcodecs python3-numpy python3-fsspec python3-aiohttp python3-requests
+  curl wrk nginx-light
 )
 # Node.js may come from elsewhere (its own npm included): check the commands.
 command -v node >/dev/null || packages+=(nodejs)
