@@ -28,6 +28,7 @@ namespace zarrcoro::codecs {
 struct ArraySpec {
   DataType dtype;
   std::vector<std::uint64_t> shape;
+  Bytes fill;  // one element's bytes (the array's fill_value); empty = zeros
 
   std::uint64_t num_elements() const;
   std::uint64_t num_bytes() const { return num_elements() * dtype.size(); }
@@ -99,6 +100,8 @@ std::unique_ptr<ArrayToArrayCodec> make_transpose_codec(const nlohmann::json& co
 std::unique_ptr<BytesToBytesCodec> make_gzip_codec(const nlohmann::json& config);
 std::unique_ptr<BytesToBytesCodec> make_zstd_codec(const nlohmann::json& config);
 std::unique_ptr<BytesToBytesCodec> make_crc32c_codec(const nlohmann::json& config);
+// sharding_indexed needs the shard's representation to prepare its inner pipelines.
+std::unique_ptr<ArrayToBytesCodec> make_sharding_codec(const nlohmann::json& config, const ArraySpec& shard);
 // zlib (RFC 1950) framing, {"level": -1..9}: not a v3 codec (the v3 registry
 // does not list it), kept for the v2 `zlib` compressor/filter adapter.
 std::unique_ptr<BytesToBytesCodec> make_zlib_codec(const nlohmann::json& config);

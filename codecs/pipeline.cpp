@@ -32,7 +32,7 @@ struct Registered {
   std::string_view name;
   Kind kind;
   std::unique_ptr<ArrayToArrayCodec> (*a2a)(const json&) = nullptr;
-  std::unique_ptr<ArrayToBytesCodec> (*a2b)(const json&) = nullptr;
+  std::unique_ptr<ArrayToBytesCodec> (*a2b)(const json&, const ArraySpec&) = nullptr;
   std::unique_ptr<BytesToBytesCodec> (*b2b)(const json&) = nullptr;
 };
 
@@ -41,7 +41,8 @@ struct Registered {
 // here when they exist (until then they are unsupported codecs).
 const Registered kRegistry[] = {
     {"transpose", Kind::a2a, make_transpose_codec},
-    {"bytes", Kind::a2b, nullptr, make_bytes_codec},
+    {"bytes", Kind::a2b, nullptr, [](const json& c, const ArraySpec&) { return make_bytes_codec(c); }},
+    {"sharding_indexed", Kind::a2b, nullptr, make_sharding_codec},
     {"gzip", Kind::b2b, nullptr, nullptr, make_gzip_codec},
     {"zstd", Kind::b2b, nullptr, nullptr, make_zstd_codec},
     {"crc32c", Kind::b2b, nullptr, nullptr, make_crc32c_codec},
@@ -180,7 +181,7 @@ std::shared_ptr<const CodecPipeline> CodecPipeline::from_json(const json& codecs
           throw InvalidMetadata("", "codecs",
                                 "more than one array-to-bytes codec ('" + a2b->name() + "' at " +
                                     at(a2b_at) + ", '" + name + "' at " + at(i) + ")");
-        a2b = configured(i, [&] { return reg->a2b(config); });
+        a2b = configured(i, [&] { return reg->a2b(config, spec); });
         configured(i, [&] { a2b->validate(spec); });
         a2b_at = i;
         break;

@@ -515,7 +515,7 @@ std::shared_ptr<Array::State> make_state(Runtime& rt, std::shared_ptr<Store> sto
   meta.validate(key);
   if (meta.fill_value.empty()) meta.fill_value.assign(meta.data_type.size(), std::byte{0});
   st->fill = meta.fill_value;
-  codecs::ArraySpec spec{meta.data_type, meta.chunk_shape};
+  codecs::ArraySpec spec{meta.data_type, meta.chunk_shape, meta.fill_value};
   try {
     st->pipeline = codecs::CodecPipeline::from_json(detail::pipeline_codecs(meta), spec);
   } catch (const Error& e) {

@@ -142,3 +142,22 @@ TEST_CASE("b25: must_understand false is ignored, true and plain unknown fields 
     }
   }
 }
+
+TEST_CASE("b14: sharded 0-d array reads 42 and writes the same 24 bytes", "[cases][regression][sharding]") {
+  ZARRCORO_REQUIRE_SHARED(shared);
+  Case c(shared / "cases");
+  CHECK(values<float>(c.read("b14_0d_sharded")) == std::vector<float>{42.0f});
+  auto store = std::make_shared<MemoryStore>();
+  auto w = Array::create_blocking(c.rt, store, "", Array::open_blocking(c.rt, c.store, "b14_0d_sharded").metadata());
+  const float v = 42.0f;
+  w.write_blocking(Region::all({}), std::as_bytes(std::span(&v, 1)));
+  auto shard = boost::asio::co_spawn(c.rt.io_executor(), store->get("c"), boost::asio::use_future).get();
+  CHECK(test::to_hex(*shard) ==
+        "00 00 28 42 00 00 00 00 00 00 00 00 04 00 00 00 00 00 00 00 87 18 6d 63");
+}
+
+TEST_CASE("b16: shard index length follows index_codecs (no crc32c: 32 bytes)", "[cases][regression][sharding]") {
+  ZARRCORO_REQUIRE_SHARED(shared);
+  Case c(shared / "cases");
+  CHECK(values<std::uint8_t>(c.read("b16_nocrc")) == std::vector<std::uint8_t>{1, 2, 3, 4});
+}

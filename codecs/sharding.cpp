@@ -1,0 +1,234 @@
+// sharding_indexed (Zarr v3 sharding_indexed codec spec; see sharding.hpp).
+#include "codecs/sharding.hpp"
+
+#include <cstring>
+
+#include <zarrcoro/error.hpp>
+
+#include "codecs/box.hpp"
+
+namespace zarrcoro::codecs {
+namespace {
+
+using json = nlohmann::json;
+
+[[noreturn]] void corrupt(const std::string& msg) { throw CorruptChunk("", "sharding_indexed", msg); }
+
+std::vector<std::uint64_t> parse_chunk_shape(const json& j) {
+  if (!j.is_array()) throw InvalidMetadata("", "chunk_shape", "expected an array of positive integers");
+  std::vector<std::uint64_t> out;
+  for (const auto& v : j) {
+    if (!v.is_number_unsigned() || v.get<std::uint64_t>() == 0)
+      throw InvalidMetadata("", "chunk_shape", "expected positive integers, got " + j.dump());
+    out.push_back(v.get<std::uint64_t>());
+  }
+  return out;
+}
+
+// Calls f(coords, number) for each inner chunk in C order.
+template <class F>
+void for_each_inner(const std::vector<std::uint64_t>& per_shard, F&& f) {
+  std::vector<std::uint64_t> c(per_shard.size(), 0);
+  std::size_t n = 0;
+  while (true) {
+    f(std::span<const std::uint64_t>(c), n++);
+    std::size_t d = c.size();
+    while (d > 0) {
+      --d;
+      if (++c[d] < per_shard[d]) break;
+      c[d] = 0;
+      if (d == 0) return;
+    }
+    if (c.empty()) return;
+  }
+}
+
+}  // namespace
+
+ShardingCodec::ShardingCodec(const json& config, const ArraySpec& shard) {
+  if (!config.is_object()) throw InvalidMetadata("", "", "sharding_indexed needs a configuration object");
+  for (const auto& [k, v] : config.items())
+    if (k != "chunk_shape" && k != "codecs" && k != "index_codecs" && k != "index_location")
+      throw InvalidMetadata("", k, "unknown configuration member '" + k + "'");
+  if (!config.contains("chunk_shape")) throw InvalidMetadata("", "chunk_shape", "required");
+  if (!config.contains("codecs")) throw InvalidMetadata("", "codecs", "required");
+  chunk_shape_ = parse_chunk_shape(config["chunk_shape"]);
+  inner_json_ = config["codecs"];
+  index_json_ = config.value("index_codecs", json::array({{{"name", "bytes"},
+                                                           {"configuration", {{"endian", "little"}}}},
+                                                          {{"name", "crc32c"}}}));
+  const std::string location = config.value("index_location", std::string("end"));
+  if (location != "start" && location != "end")
+    throw InvalidMetadata("", "index_location", "expected \"start\" or \"end\", got \"" + location + "\"");
+  index_at_start_ = location == "start";
+  validate(shard);
+
+  per_shard_.resize(chunk_shape_.size());
+  for (std::size_t d = 0; d < chunk_shape_.size(); ++d) {
+    per_shard_[d] = shard.shape[d] / chunk_shape_[d];
+    num_inner_ *= per_shard_[d];
+  }
+  inner_ = CodecPipeline::from_json(inner_json_, {shard.dtype, chunk_shape_, shard.fill});
+  std::vector<std::uint64_t> index_shape = per_shard_;
+  index_shape.push_back(2);
+  try {
+    index_ = CodecPipeline::from_json(index_json_, {DataTypeKind::uint64, index_shape, {}});
+  } catch (const Error& e) {  // "codecs[1]" of the index list -> "index_codecs[1]"
+    const std::string f = e.field().rfind("codecs", 0) == 0 ? e.field().substr(6) : "";
+    throw_error(e.code(), "", "index_codecs" + f, e.detail());
+  }
+  const auto size = index_->encoded_size();
+  if (size < 0)
+    throw InvalidMetadata("", "index_codecs",
+                          "the index must have a fixed size: only bytes and crc32c are allowed, not "
+                          "compressors");
+  index_bytes_ = static_cast<std::uint64_t>(size);
+}
+
+json ShardingCodec::to_json() const {
+  return {{"name", "sharding_indexed"},
+          {"configuration",
+           {{"chunk_shape", chunk_shape_},
+            {"codecs", inner_->to_json()},
+            {"index_codecs", index_->to_json()},
+            {"index_location", index_at_start_ ? "start" : "end"}}}};
+}
+
+void ShardingCodec::validate(const ArraySpec& spec) const {
+  if (spec.shape.size() != chunk_shape_.size())
+    throw InvalidMetadata("", "chunk_shape",
+                          "rank " + std::to_string(chunk_shape_.size()) + " does not match the shard rank " +
+                              std::to_string(spec.shape.size()));
+  for (std::size_t d = 0; d < chunk_shape_.size(); ++d)
+    if (spec.shape[d] % chunk_shape_[d] != 0)
+      throw InvalidMetadata("", "chunk_shape",
+                            "the shard shape must be divisible by the inner chunk shape (dimension " +
+                                std::to_string(d) + ": " + std::to_string(spec.shape[d]) + " vs " +
+                                std::to_string(chunk_shape_[d]) + ")");
+}
+
+std::size_t ShardingCodec::inner_number(std::span<const std::uint64_t> coords) const {
+  std::size_t n = 0;
+  for (std::size_t d = 0; d < coords.size(); ++d) n = n * per_shard_[d] + coords[d];
+  return n;
+}
+
+ShardingCodec::Index ShardingCodec::decode_index(ByteSpan encoded, std::optional<std::uint64_t> shard_size) const {
+  if (encoded.size() != index_bytes_)
+    corrupt("shard index is " + std::to_string(encoded.size()) + " bytes, expected " +
+            std::to_string(index_bytes_));
+  Index idx;
+  idx.entries.resize(2 * num_inner_);
+  index_->decode(encoded, std::as_writable_bytes(std::span(idx.entries)));
+  for (std::size_t i = 0; i < num_inner_; ++i) {
+    if (idx.missing(i)) continue;
+    const std::uint64_t off = idx.offset(i), n = idx.nbytes(i);
+    if (off == kMissing || n == kMissing || off + n < off ||
+        (shard_size && off + n > *shard_size))
+      corrupt("index entry " + std::to_string(i) + " (offset " + std::to_string(off) + ", nbytes " +
+              std::to_string(n) + ") lies outside the shard");
+  }
+  return idx;
+}
+
+void ShardingCodec::decode(const ArraySpec& spec, ByteSpan in, MutableByteSpan out) const {
+  if (in.size() < index_bytes_)
+    corrupt("shard is " + std::to_string(in.size()) + " bytes, shorter than its index (" +
+            std::to_string(index_bytes_) + ")");
+  const ByteSpan index = index_at_start_ ? in.first(index_bytes_) : in.last(index_bytes_);
+  const Index idx = decode_index(index, in.size());
+  const std::size_t es = spec.dtype.size();
+  const std::vector<std::uint64_t> zero(chunk_shape_.size(), 0);
+  std::vector<std::uint64_t> start(chunk_shape_.size());
+  Bytes fill = spec.fill.empty() ? Bytes(es, std::byte{0}) : spec.fill;
+  Bytes chunk(inner_->chunk_spec().num_bytes());  // not thread_local: sharding may nest
+  for_each_inner(per_shard_, [&](std::span<const std::uint64_t> c, std::size_t i) {
+    for (std::size_t d = 0; d < c.size(); ++d) start[d] = c[d] * chunk_shape_[d];
+    if (idx.missing(i)) {
+      fill_box(out.data(), spec.shape, start, chunk_shape_, fill.data(), es);
+      return;
+    }
+    inner_->decode(in.subspan(idx.offset(i), idx.nbytes(i)), chunk);
+    copy_box(chunk.data(), chunk_shape_, zero, out.data(), spec.shape, start, chunk_shape_, es);
+  });
+}
+
+void ShardingCodec::encode(const ArraySpec& spec, ByteSpan in, Bytes& out) const {
+  const std::vector<std::uint64_t> zero(spec.shape.size(), 0);
+  if (!update(spec, std::nullopt, in.data(), spec.shape, zero, zero, spec.shape, out)) {
+    // Every inner chunk is fill: a valid shard of only "missing" entries.
+    std::vector<std::uint64_t> entries(2 * num_inner_, kMissing);
+    index_->encode(std::as_bytes(std::span(entries)), out);
+  }
+}
+
+bool ShardingCodec::update(const ArraySpec& spec, std::optional<ByteSpan> existing, const std::byte* src,
+                           std::span<const std::uint64_t> src_shape, std::span<const std::uint64_t> src_start,
+                           std::span<const std::uint64_t> shard_start, std::span<const std::uint64_t> box,
+                           Bytes& out) const {
+  const std::size_t r = chunk_shape_.size(), es = spec.dtype.size();
+  Index old;
+  if (existing) {
+    if (existing->size() < index_bytes_) corrupt("shard is shorter than its index");
+    old = decode_index(index_at_start_ ? existing->first(index_bytes_) : existing->last(index_bytes_),
+                       existing->size());
+  }
+  Bytes fill = spec.fill.empty() ? Bytes(es, std::byte{0}) : spec.fill;
+  std::vector<std::uint64_t> entries(2 * num_inner_, kMissing);
+  Bytes body, encoded, chunk(inner_->chunk_spec().num_bytes());
+  std::vector<std::uint64_t> lo(r), hi(r), in_chunk(r), in_src(r), ext(r);
+  bool any = false;
+  for_each_inner(per_shard_, [&](std::span<const std::uint64_t> c, std::size_t i) {
+    // The part of the box inside this inner chunk, if any.
+    bool touched = true, whole = true;
+    for (std::size_t d = 0; d < r; ++d) {
+      const std::uint64_t c0 = c[d] * chunk_shape_[d], c1 = c0 + chunk_shape_[d];
+      lo[d] = std::max(c0, shard_start[d]);
+      hi[d] = std::min(c1, shard_start[d] + box[d]);
+      if (lo[d] >= hi[d]) touched = false;
+      whole = whole && lo[d] == c0 && hi[d] == c1;
+    }
+    const bool had = existing && !old.missing(i);
+    ByteSpan piece;
+    if (!touched) {
+      if (!had) return;
+      piece = existing->subspan(old.offset(i), old.nbytes(i));  // kept as encoded
+    } else {
+      if (!whole) {
+        if (had) inner_->decode(existing->subspan(old.offset(i), old.nbytes(i)), chunk);
+        else fill_elements(chunk.data(), inner_->chunk_spec().num_elements(), fill.data(), es);
+      }
+      for (std::size_t d = 0; d < r; ++d) {
+        in_chunk[d] = lo[d] - c[d] * chunk_shape_[d];
+        in_src[d] = src_start[d] + (lo[d] - shard_start[d]);
+        ext[d] = hi[d] - lo[d];
+      }
+      copy_box(src, src_shape, in_src, chunk.data(), chunk_shape_, in_chunk, ext, es);
+      if (all_equal(chunk, fill.data(), es)) return;  // an empty inner chunk is not stored
+      inner_->encode(chunk, encoded);
+      piece = encoded;
+    }
+    entries[2 * i] = body.size();
+    entries[2 * i + 1] = piece.size();
+    body.insert(body.end(), piece.begin(), piece.end());
+    any = true;
+  });
+  out.clear();
+  if (!any) return false;
+  Bytes index;
+  if (index_at_start_)
+    for (std::size_t i = 0; i < num_inner_; ++i)
+      if (entries[2 * i] != kMissing) entries[2 * i] += index_bytes_;
+  index_->encode(std::as_bytes(std::span(entries)), index);
+  out.reserve(body.size() + index.size());
+  if (index_at_start_) out.insert(out.end(), index.begin(), index.end());
+  out.insert(out.end(), body.begin(), body.end());
+  if (!index_at_start_) out.insert(out.end(), index.begin(), index.end());
+  return true;
+}
+
+std::unique_ptr<ArrayToBytesCodec> make_sharding_codec(const nlohmann::json& config, const ArraySpec& shard) {
+  return std::make_unique<ShardingCodec>(config, shard);
+}
+
+}  // namespace zarrcoro::codecs
