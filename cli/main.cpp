@@ -25,6 +25,7 @@
 
 #include <zarrcoro/array.hpp>
 #include <zarrcoro/error.hpp>
+#include <zarrcoro/info.hpp>
 #include <zarrcoro/metadata.hpp>
 #include <zarrcoro/npy.hpp>
 #include <zarrcoro/runtime.hpp>
@@ -96,20 +97,6 @@ Array open_array(Runtime& rt, const std::shared_ptr<FilesystemStore>& store, con
   return at(dir, [&] { return Array::open_blocking(rt, store, ""); });
 }
 
-// `j` with each object's "name" first (as the spec writes codecs), else sorted.
-ojson ordered(const nlohmann::json& j) {
-  if (j.is_array()) {
-    ojson out = ojson::array();
-    for (const auto& v : j) out.push_back(ordered(v));
-    return out;
-  }
-  if (!j.is_object()) return ojson::parse(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-  ojson out = ojson::object();
-  if (j.contains("name")) out["name"] = ordered(j["name"]);
-  for (const auto& [k, v] : j.items()) out[k] = ordered(v);
-  return out;
-}
-
 void print(const ojson& j) { std::cout << j.dump(2, ' ', false, ojson::error_handler_t::replace) << '\n'; }
 
 // "a,b,c" -> positive integers ("" -> none).
@@ -155,45 +142,12 @@ std::optional<nlohmann::json> parse_codec(const std::string& spec) {
 void cmd_info(const fs::path& dir) {
   Runtime rt;
   auto store = open_dir(rt, dir, true);
-  const auto node = read_node(rt, *store, dir);
-  const auto type = node["node_type"].get<std::string>();
-  if (type == "array") {
-    // Metadata only: an array whose codecs this build cannot run is still described.
-    const ArrayMetadata m = at(dir, [&] { return ArrayMetadata::from_json(node, "zarr.json"); });
-    const auto j = m.to_json();
-    ojson out{{"zarr_format", 3}, {"node_type", "array"}, {"shape", m.shape}, {"data_type", m.data_type.name()}};
-    out["chunk_shape"] = m.chunk_shape;
-    for (const char* k : {"chunk_key_encoding", "codecs", "fill_value", "attributes", "dimension_names"})
-      if (j.contains(k)) out[k] = ordered(j[k]);
-    print(out);
-  } else if (type == "group") {
-    const Group g = at(dir, [&] { return Group::open_blocking(rt, store, ""); });
-    ojson children = ojson::array();
-    std::vector<fs::path> subdirs;
-    for (const auto& e : fs::directory_iterator(dir))
-      if (e.is_directory()) subdirs.push_back(e.path().filename());
-    std::sort(subdirs.begin(), subdirs.end());
-    for (const auto& name : subdirs) {
-      std::string child_type;
-      try {
-        const auto doc = wait(rt, store->get(name.string() + "/zarr.json"));
-        if (!doc) continue;  // not a node
-        const auto cj = parse_json({reinterpret_cast<const char*>(doc->data()), doc->size()}, "zarr.json");
-        child_type = cj.is_object() && cj.contains("node_type") && cj["node_type"].is_string()
-                         ? cj["node_type"].get<std::string>() : "invalid";
-      } catch (const Error&) {
-        child_type = "invalid";  // unreadable metadata: listed, not fatal for the parent
-      }
-      children.push_back({{"name", name.string()}, {"node_type", child_type}});
-    }
-    print(ojson{{"zarr_format", g.zarr_format()},
-                {"node_type", "group"},
-                {"attributes", ordered(g.attributes())},
-                {"children", children}});
-  } else {
-    throw Failure(quoted(dir) + ": invalid metadata: key 'zarr.json', field 'node_type': expected \"array\" or "
-                  "\"group\", got \"" + type + "\"");
-  }
+  read_node(rt, *store, dir);  // this tool's own messages for a missing or untyped node
+  std::vector<std::string> subdirs;  // a group's candidate children
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.is_directory()) subdirs.push_back(e.path().filename().string());
+  std::sort(subdirs.begin(), subdirs.end());
+  print(at(dir, [&] { return wait(rt, node_info(rt, store, "", subdirs)); }));
 }
 
 void cmd_export(const fs::path& dir, const fs::path& out, const std::string& region) {

@@ -1,0 +1,41 @@
+// A JSON summary of a Zarr node: what `zarrcoro info` prints and what the
+// example server returns for `GET /api/v1/<path>/info`.
+//
+// Thread-safety: a pure function of the store's contents; safe to call
+// concurrently.
+//
+// An array is described from its metadata alone (an array whose codecs this
+// build cannot run is still described): zarr_format, node_type, shape,
+// data_type, chunk_shape, then chunk_key_encoding, codecs, fill_value,
+// attributes and dimension_names when present (objects with "name" first).
+// A group: zarr_format, node_type, attributes and children, the entries of
+// `child_names` that hold a node, as {"name", "node_type"} ("invalid" when
+// the child's metadata cannot be read).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <zarrcoro/store.hpp>
+
+namespace zarrcoro {
+
+class Runtime;
+
+// Describes the node at `path` ("" = the store root). `child_names` are the
+// candidate children of a group in the order to list them (e.g. the sorted
+// names of its subdirectories); they are ignored for an array.
+// Raises NotFound if there is no zarr.json at `path`, InvalidMetadata if it
+// is not an object with node_type "array" or "group" (or is invalid as one),
+// StoreError / InvalidArgument as the store does.
+awaitable<nlohmann::ordered_json> node_info(Runtime& rt, std::shared_ptr<Store> store, std::string path,
+                                            std::vector<std::string> child_names);
+
+// `j` as ordered JSON with each object's "name" first (as the spec writes
+// codecs), the other keys in sorted order; invalid UTF-8 is replaced.
+nlohmann::ordered_json ordered_json(const nlohmann::json& j);
+
+}  // namespace zarrcoro

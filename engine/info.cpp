@@ -1,0 +1,132 @@
+// The JSON summary of a node (see info.hpp).
+#include <zarrcoro/info.hpp>
+
+#include <zarrcoro/array.hpp>
+#include <zarrcoro/error.hpp>
+#include <zarrcoro/metadata.hpp>
+#include <zarrcoro/runtime.hpp>
+
+namespace zarrcoro {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+std::string node_key(const std::string& path) {
+  if (path.empty()) return "zarr.json";
+  validate_key(path);
+  return path + "/zarr.json";
+}
+
+nlohmann::json parse_doc(const Bytes& doc, const std::string& key) {
+  return parse_json({reinterpret_cast<const char*>(doc.data()), doc.size()}, key);
+}
+
+std::string node_type_of(const nlohmann::json& j) {
+  return j.is_object() && j.contains("node_type") && j["node_type"].is_string() ? j["node_type"].get<std::string>()
+                                                                                  : "";
+}
+
+// "array", "group", other text as found, or "invalid" for a document
+// without a string node_type (or not JSON).
+std::string doc_type(const Bytes& doc, const std::string& key) {
+  try {
+    const std::string t = node_type_of(parse_doc(doc, key));
+    return t.empty() ? "invalid" : t;
+  } catch (const Error&) {
+    return "invalid";
+  }
+}
+
+// The metadata key of child `name` of `path`; nullopt if not a valid key.
+std::optional<std::string> child_key(const std::string& path, const std::string& name) {
+  try {
+    return node_key(path.empty() ? name : path + "/" + name);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+ojson ordered_json(const nlohmann::json& j) {
+  if (j.is_array()) {
+    ojson out = ojson::array();
+    for (const auto& v : j) out.push_back(ordered_json(v));
+    return out;
+  }
+  if (!j.is_object()) return ojson::parse(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  ojson out = ojson::object();
+  if (j.contains("name")) out["name"] = ordered_json(j["name"]);
+  for (const auto& [k, v] : j.items()) out[k] = ordered_json(v);
+  return out;
+}
+
+namespace {
+
+// JSON building stays out of the coroutine below: gcc 12 mishandles braced
+// initializer lists inside coroutines.
+ojson array_info(const nlohmann::json& node, const std::string& key) {
+  const ArrayMetadata m = ArrayMetadata::from_json(node, key);
+  const auto j = m.to_json();
+  ojson out{{"zarr_format", m.zarr_format}, {"node_type", "array"}, {"shape", m.shape},
+            {"data_type", m.data_type.name()}};
+  out["chunk_shape"] = m.chunk_shape;
+  for (const char* k : {"chunk_key_encoding", "codecs", "fill_value", "attributes", "dimension_names"})
+    if (j.contains(k)) out[k] = ordered_json(j[k]);
+  return out;
+}
+
+ojson child_entry(const std::string& name, const std::string& node_type) {
+  return ojson{{"name", name}, {"node_type", node_type}};
+}
+
+ojson group_info(const Group& g, ojson children) {
+  return ojson{{"zarr_format", g.zarr_format()},
+               {"node_type", "group"},
+               {"attributes", ordered_json(g.attributes())},
+               {"children", std::move(children)}};
+}
+
+std::string bad_type_message(const std::string& type) {
+  if (type.empty()) return "expected \"array\" or \"group\"";
+  return "expected \"array\" or \"group\", got \"" + type + "\"";
+}
+
+// The node_type in a child's metadata document: "" if there is none,
+// "invalid" if it cannot be read. Never throws.
+awaitable<std::string> child_type(std::shared_ptr<Store> store, std::string key) {
+  std::optional<Bytes> doc;
+  bool failed = false;
+  try {
+    doc = co_await store->get(key);
+  } catch (const Error&) {
+    failed = true;  // unreadable metadata: listed, not fatal for the parent
+  }
+  if (failed) co_return std::string("invalid");
+  if (!doc) co_return std::string();
+  co_return doc_type(*doc, key);
+}
+
+}  // namespace
+
+awaitable<ojson> node_info(Runtime& rt, std::shared_ptr<Store> store, std::string path,
+                           std::vector<std::string> child_names) {
+  const std::string key = node_key(path);
+  const auto doc = co_await store->get(key);
+  if (!doc) throw NotFound(key, "", "no node metadata at '" + key + "'");
+  const auto node = parse_doc(*doc, key);
+  const std::string type = node_type_of(node);
+  if (type == "array") co_return array_info(node, key);
+  if (type != "group") throw InvalidMetadata(key, "node_type", bad_type_message(type));
+  const Group g = co_await Group::open(rt, store, path);
+  ojson children = ojson::array();
+  for (const auto& name : child_names) {
+    const auto ckey = child_key(path, name);
+    std::string child = "invalid";
+    if (ckey) child = co_await child_type(store, *ckey);
+    if (!child.empty()) children.push_back(child_entry(name, child));
+  }
+  co_return group_info(g, std::move(children));
+}
+
+}  // namespace zarrcoro
