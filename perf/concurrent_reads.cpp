@@ -197,8 +197,7 @@ struct Dataset {
   std::vector<Bytes> encoded;  // stored chunks (a sample for huge arrays), for the codec-only limit
   std::uint64_t encoded_total = 0, decoded_total = 0;
   std::vector<fs::path> files;  // the stored chunk files, for the store-only floor
-  double codec_only_mb_s = 0;   // the limit used for ratios: max of before/after
-  double codec_only_before = 0, codec_only_after = 0;
+  double codec_only_mb_s = 0;   // measured once for the header (full --seconds)
   double store_only_mb_s = 0;
 };
 
@@ -503,8 +502,9 @@ json to_json(const Result& r, const char* benchmark) {
           {"error", r.error}};
 }
 
+// `limit` is the codec-only limit measured just before (see run()).
 Result run_config(Runtime& rt, const Array& arr, const Dataset& ds, const char* dispatch,
-                  const std::string& api, unsigned readers, double seconds) {
+                  const std::string& api, unsigned readers, double seconds, double limit) {
   rt.reset_stats();
   rt.reset_loop_lag();
   reset_peak_rss();
@@ -522,8 +522,8 @@ Result run_config(Runtime& rt, const Array& arr, const Dataset& ds, const char* 
   r.chunks_read = s.chunks;
   r.seconds = s.seconds;
   r.mb_s = static_cast<double>(s.bytes) / s.seconds / kMB;
-  r.codec_only_mb_s = ds.codec_only_mb_s;
-  r.ratio = ds.codec_only_mb_s > 0 ? r.mb_s / ds.codec_only_mb_s : 0;
+  r.codec_only_mb_s = limit;
+  r.ratio = limit > 0 ? r.mb_s / limit : 0;
   r.store_only_mb_s = ds.store_only_mb_s;
   r.lag = rt.loop_lag();
   r.stats = rt.stats();
@@ -586,7 +586,7 @@ struct Overhead {
 // engine's amortized ns per chunk (min of `reps` calls).
 std::pair<double, std::vector<Overhead>> measure_overhead(unsigned codec_threads, std::vector<Result>& records) {
   constexpr std::uint64_t kChunks = 65536, kElems = 16, kChunkBytes = kElems * sizeof(std::int32_t);
-  constexpr int kReps = 7;
+  constexpr int kReps = 5;
   auto store = std::make_shared<MemoryStore>();
   std::vector<std::int32_t> data(kChunks * kElems);
   std::iota(data.begin(), data.end(), 1);
@@ -834,10 +834,10 @@ int run(const Options& opt) {
     }
   }
 
+  const double burst = std::clamp(opt.seconds / 10, 0.1, 0.5);
   for (auto& ds : datasets) {
-    ds.codec_only_before = codec_only_limit(ds, threads, opt.seconds);
+    ds.codec_only_mb_s = codec_only_limit(ds, threads, opt.seconds);
     ds.store_only_mb_s = store_only_floor(ds, threads, std::min(opt.seconds, 1.0));
-    ds.codec_only_mb_s = ds.codec_only_before;
     std::printf("\n%s: %s %s, chunks %s (%s), %zu chunks, codecs %s\n", ds.name.c_str(), ds.dtype.c_str(),
                 ds.shape_text.c_str(), ds.chunk_text.c_str(), bytes_text(static_cast<double>(ds.chunk_bytes)).c_str(),
                 ds.chunks.size(), ds.codec.c_str());
@@ -868,25 +868,23 @@ int run(const Options& opt) {
       for (const auto& api : apis) {
         for (unsigned r : readers) {
           std::fprintf(stderr, "  running %s %s %s R=%u ...\n", ds.name.c_str(), d.name, api.c_str(), r);
-          rows.push_back(run_config(rt, arr, ds, d.name, api, r, opt.seconds));
+          // The limit again, in a short burst just before this configuration,
+          // so that a change of the machine's load between configurations
+          // moves both sides of the ratio.
+          const double limit = codec_only_limit(ds, threads, burst);
+          rows.push_back(run_config(rt, arr, ds, d.name, api, r, opt.seconds, limit));
         }
       }
     }
-    // The limit again, after the runs: on a shared machine the load may have
-    // changed. Ratios use the larger of the two (the hardware did at least that).
     if (ds.limit != LimitKind::none) {
-      ds.codec_only_after = codec_only_limit(ds, threads, opt.seconds);
-      ds.codec_only_mb_s = std::max(ds.codec_only_before, ds.codec_only_after);
-      for (auto& r : rows) {
-        if (r.dataset != ds.name) continue;
-        r.codec_only_mb_s = ds.codec_only_mb_s;
-        r.ratio = r.mb_s / ds.codec_only_mb_s;
-      }
-      const double drift = std::abs(ds.codec_only_after - ds.codec_only_before) / ds.codec_only_mb_s;
-      std::printf("  %s: codec-only limit re-measured after the runs: %.0f MB/s (before: %.0f); ratios use %.0f%s\n",
-                  ds.name.c_str(), ds.codec_only_after, ds.codec_only_before, ds.codec_only_mb_s,
-                  drift > 0.1 ? "\n  WARNING: the limit moved by more than 10%: the machine's load changed, ratios are unreliable"
-                              : "");
+      double lo = 1e300, hi = 0;
+      for (const auto& r : rows)
+        if (r.dataset == ds.name) lo = std::min(lo, r.codec_only_mb_s), hi = std::max(hi, r.codec_only_mb_s);
+      std::printf("  %s: codec-only limit in the %.2f s bursts before each configuration: %.0f to %.0f MB/s%s\n",
+                  ds.name.c_str(), burst, lo, hi,
+                  hi > 1.15 * lo ? "\n  WARNING: it moved by more than 15%: the machine's load changed during the run"
+                                   " (compare rows with care)"
+                                 : "");
     }
   }
   if (!rows.empty()) print_table(rows);
@@ -898,7 +896,7 @@ int run(const Options& opt) {
     std::vector<Result> ov_records;
     const auto [memcpy_ns, ov] = measure_overhead(threads, ov_records);
     std::printf("\nper-chunk dispatch overhead: 65536 chunks of 64 B ([bytes little], MemoryStore) read in one\n"
-                "read_blocking call; inline_bytes = 0 forces trivial chunks through the pool; min of 7 calls\n");
+                "read_blocking call; inline_bytes = 0 forces trivial chunks through the pool; min of 5 calls\n");
     std::printf("  %-30s %10s %12s %10s %8s\n", "mode", "ns/chunk", "over memcpy", "pool subs", "inline");
     std::printf("  %-30s %10.1f\n", "memcpy baseline", memcpy_ns);
     for (const auto& o : ov)
