@@ -43,6 +43,11 @@ class CodecPipeline {
   // array-to-bytes codec and no bytes-to-bytes codec. The engine runs such
   // chunks without a hop to the codec pool.
   bool is_trivial() const { return trivial_; }
+  // The array-to-bytes codec, and whether it is the whole chain (no codec
+  // before or after it): then its own partial-access members (sharding) apply
+  // to the stored bytes directly.
+  const ArrayToBytesCodec& array_to_bytes() const { return *a2b_; }
+  bool array_to_bytes_only() const { return a2a_.empty() && b2b_.empty(); }
   // Short human description, e.g. "transpose,bytes(little),zstd(3)".
   std::string describe() const;
   // Size of every encoded chunk if it is fixed (bytes, crc32c: e.g. a shard

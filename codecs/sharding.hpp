@@ -55,6 +55,7 @@ class ShardingCodec final : public ArrayToBytesCodec {
   const CodecPipeline& inner() const { return *inner_; }
   std::uint64_t index_bytes() const { return index_bytes_; }  // encoded index size
   bool index_at_start() const { return index_at_start_; }
+  bool index_trivial() const { return index_->is_trivial(); }  // no checksum to verify
   // Linear (C order) number of the inner chunk at `coords`.
   std::size_t inner_number(std::span<const std::uint64_t> coords) const;
 

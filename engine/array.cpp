@@ -3,6 +3,7 @@
 // the pool -> (writes) store on the io_context.
 #include <zarrcoro/array.hpp>
 
+#include <algorithm>
 #include <charconv>
 
 #include <boost/asio/bind_executor.hpp>
@@ -17,6 +18,7 @@
 #include <zarrcoro/runtime.hpp>
 
 #include "codecs/pipeline.hpp"
+#include "codecs/sharding.hpp"
 #include "engine/blocking.hpp"
 #include "engine/engine_state.hpp"
 #include "engine/indexing.hpp"
@@ -35,6 +37,9 @@ struct Array::State {
   std::string prefix;  // "" or "path/"
   ArrayMetadata meta;
   std::shared_ptr<const codecs::CodecPipeline> pipeline;
+  // Set when the chain is sharding_indexed alone: reads and writes then
+  // address inner chunks by byte ranges.
+  const codecs::ShardingCodec* shard = nullptr;
   Bytes fill;  // one element
 
   std::string chunk_key(std::span<const std::uint64_t> coords) const {
@@ -176,6 +181,35 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
     if (!error_) error_ = e;
   }
 
+  // A store get within the runtime's in-flight request limit.
+  asio::awaitable<std::optional<Bytes>> get(std::string key, ByteRange range = {}) {
+    if (!engine_.requests.try_acquire(1)) co_await engine_.requests.acquire(1);
+    std::optional<Bytes> v;
+    try {
+      v = co_await st_->store->get(std::move(key), range);
+    } catch (...) {
+      engine_.requests.release(1);
+      throw;
+    }
+    engine_.requests.release(1);
+    co_return v;
+  }
+
+  // Runs one task through the scheduler (batched with whatever else is
+  // submitted in this turn) and resumes when it is done.
+  asio::awaitable<void> run_task(detail::ChunkTask& task) {
+    auto batch = std::make_shared<detail::TaskBatch>();
+    batch->tasks = {&task};
+    auto& scheduler = engine_.scheduler;
+    co_await asio::async_initiate<decltype(use_awaitable), void()>(
+        [&](auto handler) {
+          auto waiter = std::make_shared<detail::Waiter>(std::move(handler));
+          batch->on_done = [waiter] { detail::wake(std::move(*waiter)); };
+          scheduler.submit(batch);
+        },
+        use_awaitable);
+  }
+
   // A flow that cannot proceed without waiting on another call (a key lock)
   // must step out of `active_` so that this call's ready chunks still flush.
   void suspend_active() {
@@ -285,32 +319,119 @@ class ReadOp final : public ChunkOp {
   }
 
  private:
+  // The inner chunks of one shard that a partial read needs.
+  struct InnerPiece {
+    ChunkPart part;         // within the shard; out_start relative to the shard part
+    std::size_t buffer;     // index into `buffers`, or npos when the inner chunk is absent
+    std::uint64_t offset, size;
+  };
   struct Task final : detail::ChunkTask {
     Task(ReadOp* op, std::size_t i) : op(op), i(i) {}
-    void run() override { op->decode(i, encoded); }
+    void run() override { pieces.empty() ? op->decode(i, encoded) : op->decode_pieces(i); }
     ReadOp* op;
     std::size_t i;
     std::optional<Bytes> encoded;
+    std::vector<InnerPiece> pieces;  // partial shard reads
+    std::vector<Bytes> buffers;      // coalesced byte ranges of the shard
   };
 
   asio::awaitable<void> fetch(std::size_t i) override {
-    const std::string key = st_->chunk_key(parts_[i].coords);
-    if (!engine_.requests.try_acquire(1)) co_await engine_.requests.acquire(1);
-    std::optional<Bytes> v;
-    try {
-      v = co_await st_->store->get(key);
-    } catch (...) {
-      engine_.requests.release(1);
-      throw;
-    }
-    engine_.requests.release(1);
-    auto& t = tasks_[i];
     const auto& p = parts_[i];
+    auto& t = tasks_[i];
+    if (st_->shard && !p.whole_chunk) {
+      co_await fetch_inner_chunks(i);
+      co_return;
+    }
+    auto v = co_await get(st_->chunk_key(p.coords));
     std::uint64_t n = st_->meta.data_type.size();
     for (auto s : p.shape) n *= s;
     t.bytes = v ? std::max<std::uint64_t>(n, st_->chunk_bytes()) : n;
     t.computes = v && !st_->pipeline->is_trivial();
     t.encoded = std::move(v);
+  }
+
+  // A part of a shard: fetch the shard index (cached), then only the inner
+  // chunks the part touches, by byte ranges coalesced across small gaps.
+  asio::awaitable<void> fetch_inner_chunks(std::size_t i) {
+    const auto& sc = *st_->shard;
+    const ChunkPart& p = parts_[i];
+    auto& t = tasks_[i];
+    const std::string key = st_->chunk_key(p.coords);
+    auto index = co_await shard_index(key);
+    t.computes = false;
+    t.bytes = 0;
+    if (!index) {  // no shard: fill
+      t.bytes = st_->meta.data_type.size();
+      for (auto s : p.shape) t.bytes *= s;
+      co_return;
+    }
+    const auto& chunk_shape = st_->meta.chunk_shape;
+    Region sub{{p.chunk_start.begin(), p.chunk_start.end()}, {}};
+    for (std::size_t d = 0; d < p.shape.size(); ++d) sub.stop.push_back(p.chunk_start[d] + p.shape[d]);
+    auto inner = detail::plan_chunks(chunk_shape, sc.chunk_shape(), sub);
+    // Ranges of the present inner chunks, sorted by offset, then coalesced.
+    std::vector<std::size_t> order;
+    t.pieces.reserve(inner.size());
+    for (auto& ip : inner) {
+      const std::size_t n = sc.inner_number(ip.coords);
+      const bool missing = index->missing(n);
+      t.pieces.push_back({std::move(ip), missing ? std::string::npos : 0, missing ? 0 : index->offset(n),
+                          missing ? 0 : index->nbytes(n)});
+      if (!missing) order.push_back(t.pieces.size() - 1);
+      t.bytes += sc.inner().chunk_spec().num_bytes();
+    }
+    std::sort(order.begin(), order.end(),
+              [&](auto a, auto b) { return t.pieces[a].offset < t.pieces[b].offset; });
+    const auto& opt = st_->rt->options();
+    for (std::size_t k = 0; k < order.size();) {
+      const std::uint64_t begin = t.pieces[order[k]].offset;
+      std::uint64_t end = begin + t.pieces[order[k]].size;
+      std::size_t last = k + 1;
+      for (; last < order.size(); ++last) {
+        const auto& next = t.pieces[order[last]];
+        const std::uint64_t new_end = std::max(end, next.offset + next.size);
+        if (next.offset > end + opt.coalesce_gap || new_end - begin > opt.coalesce_max) break;
+        end = new_end;
+      }
+      auto bytes = co_await get(key, ByteRange::from(begin, end - begin));
+      if (!bytes || bytes->size() != end - begin)
+        throw CorruptChunk(key, "sharding_indexed",
+                           "the shard is shorter than its index says (bytes " + std::to_string(begin) + "-" +
+                               std::to_string(end) + ")");
+      for (std::size_t j = k; j < last; ++j) {
+        t.pieces[order[j]].buffer = t.buffers.size();
+        t.pieces[order[j]].offset -= begin;
+      }
+      t.buffers.push_back(std::move(*bytes));
+      k = last;
+    }
+    t.computes = !order.empty();
+  }
+
+  // The decoded index of shard `key`, or null if the shard does not exist.
+  asio::awaitable<detail::ShardIndexCache::Index> shard_index(std::string key) {
+    auto& cache = engine_.shard_indexes;
+    if (auto hit = cache.find(st_->store.get(), key)) co_return hit;
+    const std::uint64_t generation = cache.generation();
+    const auto& sc = *st_->shard;
+    const auto range = sc.index_at_start() ? ByteRange::from(0, sc.index_bytes()) : ByteRange::last(sc.index_bytes());
+    auto bytes = co_await get(key, range);
+    if (!bytes) co_return nullptr;
+    // Decoding (and checking) the index is codec work: it goes to the pool.
+    struct IndexTask final : detail::ChunkTask {
+      void run() override { index = std::make_shared<codecs::ShardingCodec::Index>(codec->decode_index(encoded)); }
+      const codecs::ShardingCodec* codec;
+      Bytes encoded;
+      detail::ShardIndexCache::Index index;
+    } task;
+    task.codec = &sc;
+    task.encoded = std::move(*bytes);
+    task.bytes = task.encoded.size();
+    task.computes = !sc.index_trivial();
+    co_await run_task(task);
+    if (task.error) rethrow_with_key(task.error, key);
+    cache.put(st_->store.get(), key, task.index, generation);
+    co_return task.index;
   }
 
   detail::ChunkTask& task(std::size_t i) override { return tasks_[i]; }
@@ -347,6 +468,32 @@ class ReadOp final : public ChunkOp {
       rethrow_with_key(std::current_exception(), st_->chunk_key(p.coords));
     }
     encoded.reset();  // free the encoded bytes early
+  }
+
+  // On a pool thread: decode the fetched inner chunks of a shard part.
+  void decode_pieces(std::size_t i) {
+    const ChunkPart& p = parts_[i];
+    auto& t = tasks_[i];
+    const auto& inner = st_->shard->inner();
+    const std::size_t es = st_->meta.data_type.size();
+    thread_local Bytes scratch;
+    scratch.resize(inner.chunk_spec().num_bytes());
+    detail::Dims out_start(p.out_start.size());
+    for (const auto& piece : t.pieces) {
+      for (std::size_t d = 0; d < out_start.size(); ++d) out_start[d] = p.out_start[d] + piece.part.out_start[d];
+      if (piece.buffer == std::string::npos) {
+        detail::fill_box(out_.data(), region_shape_, out_start, piece.part.shape, st_->fill.data(), es);
+        continue;
+      }
+      try {
+        inner.decode(ByteSpan(t.buffers[piece.buffer]).subspan(piece.offset, piece.size), scratch);
+      } catch (...) {
+        rethrow_with_key(std::current_exception(), st_->chunk_key(p.coords));
+      }
+      detail::copy_box(scratch.data(), inner.chunk_spec().shape, piece.part.chunk_start, out_.data(),
+                       region_shape_, out_start, piece.part.shape, es);
+    }
+    t.buffers.clear();
   }
 
   // True if the chunk's full extent equals the part and is contiguous in out.
@@ -408,15 +555,12 @@ class WriteOp final : public ChunkOp {
     t.bytes = st_->chunk_bytes();
     t.computes = !st_->pipeline->is_trivial();
     if (!parts_[i].whole_chunk) {
-      if (!engine_.requests.try_acquire(1)) co_await engine_.requests.acquire(1);
       try {
-        t.existing = co_await st_->store->get(t.key);
+        t.existing = co_await get(t.key);
       } catch (...) {
-        engine_.requests.release(1);
         unlock(t);
         throw;
       }
-      engine_.requests.release(1);
     }
   }
 
@@ -428,6 +572,15 @@ class WriteOp final : public ChunkOp {
     const auto& spec = st_->pipeline->chunk_spec();
     const std::size_t es = spec.dtype.size();
     try {
+      if (st_->shard) {
+        // Rewrite the shard keeping the encoded inner chunks the write misses.
+        std::optional<ByteSpan> existing;
+        if (t.existing) existing = ByteSpan(*t.existing);
+        t.erase = !st_->shard->update(spec, existing, in_.data(), region_shape_, p.out_start, p.chunk_start,
+                                      p.shape, t.encoded);
+        t.existing.reset();
+        return;
+      }
       thread_local Bytes chunk;
       chunk.resize(st_->chunk_bytes());
       if (t.existing) {
@@ -456,6 +609,7 @@ class WriteOp final : public ChunkOp {
       if (!t.error) {
         if (t.erase) co_await st_->store->erase(t.key);
         else co_await st_->store->set(t.key, std::move(t.encoded));
+        if (st_->shard) engine_.shard_indexes.invalidate(st_->store.get(), t.key);
       }
     } catch (...) {
       unlock(t);
@@ -521,6 +675,8 @@ std::shared_ptr<Array::State> make_state(Runtime& rt, std::shared_ptr<Store> sto
   } catch (const Error& e) {
     throw_error(e.code(), key, e.field(), e.detail());
   }
+  if (st->pipeline->array_to_bytes_only())
+    st->shard = dynamic_cast<const codecs::ShardingCodec*>(&st->pipeline->array_to_bytes());
   if (meta.zarr_format == 3) meta.codecs = st->pipeline->to_json();
   st->meta = std::move(meta);
   return st;

@@ -48,6 +48,8 @@ struct RuntimeOptions {
   std::size_t batch_chunks = 16;                       // chunks per pool submission
   std::size_t batch_bytes = std::size_t{64} << 20;     // decoded bytes per pool submission
   std::size_t inline_bytes = std::size_t{256} << 10;   // trivial batches up to this run inline
+  std::size_t coalesce_gap = std::size_t{1} << 20;     // shard reads: merge byte ranges closer than this
+  std::size_t coalesce_max = std::size_t{16} << 20;    // ...into requests of at most this many bytes
   Dispatch dispatch = Dispatch::batched;
   std::chrono::microseconds lag_probe_interval{5000};  // 0 disables the loop-lag probe
 };

@@ -1,0 +1,248 @@
+// sharding_indexed through the engine: partial reads by byte ranges, the
+// index cache, partial shard writes that keep untouched inner chunks, empty
+// shards, nested shards, and no lost updates under concurrent writers.
+#include <filesystem>
+#include <numeric>
+#include <thread>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/use_future.hpp>
+#include <catch2/catch.hpp>
+
+#include <zarrcoro/array.hpp>
+#include <zarrcoro/error.hpp>
+#include <zarrcoro/runtime.hpp>
+#include <zarrcoro/store/counting.hpp>
+#include <zarrcoro/store/filesystem.hpp>
+#include <zarrcoro/store/memory.hpp>
+
+#include "support.hpp"
+
+using namespace zarrcoro;
+using nlohmann::json;
+namespace asio = boost::asio;
+
+namespace {
+
+json sharding(std::vector<std::uint64_t> inner, json inner_codecs, std::string location = "end",
+              json index_codecs = json::parse(R"([{"name":"bytes","configuration":{"endian":"little"}},{"name":"crc32c"}])")) {
+  return json::array({{{"name", "sharding_indexed"},
+                       {"configuration",
+                        {{"chunk_shape", inner},
+                         {"codecs", inner_codecs},
+                         {"index_codecs", index_codecs},
+                         {"index_location", location}}}}});
+}
+
+const json kZstd = json::parse(R"([{"name":"bytes","configuration":{"endian":"little"}},{"name":"zstd","configuration":{"level":1}}])");
+const json kCrc = json::parse(R"([{"name":"bytes","configuration":{"endian":"little"}},{"name":"crc32c"}])");
+
+ArrayMetadata meta(std::vector<std::uint64_t> shape, std::vector<std::uint64_t> shard, json codecs,
+                   DataType dtype = DataTypeKind::int32) {
+  ArrayMetadata m;
+  m.shape = std::move(shape);
+  m.chunk_shape = std::move(shard);
+  m.data_type = dtype;
+  m.codecs = std::move(codecs);
+  return m;
+}
+
+std::vector<std::int32_t> iota_vec(std::size_t n) {
+  std::vector<std::int32_t> v(n);
+  std::iota(v.begin(), v.end(), 1);
+  return v;
+}
+
+template <class T>
+T run(Runtime& rt, asio::awaitable<T> a) {
+  return asio::co_spawn(rt.io_executor(), std::move(a), asio::use_future).get();
+}
+
+std::uint64_t u64(const Bytes& b, std::size_t at) {
+  std::uint64_t v;
+  std::memcpy(&v, b.data() + at, 8);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("reading one inner chunk transfers only the index and that chunk", "[sharding]") {
+  Runtime rt({.codec_threads = 2});
+  auto counting = std::make_shared<CountingStore>(std::make_shared<MemoryStore>());
+  // One shard of 64x64 int32 (16 KiB) in 8x8 inner chunks; index 64 entries * 16 B + 4 B crc.
+  auto a = Array::create_blocking(rt, counting, "", meta({64, 64}, {64, 64}, sharding({8, 8}, kZstd)));
+  const auto data = iota_vec(64 * 64);
+  a.write_blocking(Region::all(a.shape()), std::as_bytes(std::span(data)));
+  const Bytes shard = *run(rt, counting->get("c/0/0"));
+  const std::uint64_t index_bytes = 64 * 16 + 4;
+  // Inner chunk (2, 3) is number 2 * 8 + 3 = 19 in C order.
+  const std::uint64_t len19 = u64(shard, shard.size() - index_bytes + 19 * 16 + 8);
+  counting->reset();
+  auto r = a.read_blocking({{16, 24}, {24, 32}});
+  for (std::uint64_t i = 0; i < 8; ++i)
+    for (std::uint64_t j = 0; j < 8; ++j) REQUIRE(r.as<std::int32_t>()[i * 8 + j] == data[(16 + i) * 64 + 24 + j]);
+  auto c = counting->counts();
+  CHECK(c.gets == 2);  // the index (suffix range), then the chunk
+  CHECK(c.get_bytes == index_bytes + len19);
+  const auto log = counting->gets_log();
+  CHECK(log[0].second.kind == ByteRange::Kind::suffix);
+  CHECK(log[0].second.length == index_bytes);
+  // Again: the index comes from the cache.
+  counting->reset();
+  a.read_blocking({{16, 24}, {17, 25}});
+  CHECK(counting->counts().gets == 1);
+  CHECK(counting->counts().get_bytes == len19);
+  // A write through the runtime invalidates the cached index.
+  const std::int32_t v = -7;
+  a.write_blocking({{16, 24}, {17, 25}}, std::as_bytes(std::span(&v, 1)));
+  CHECK(a.read_blocking({{16, 24}, {17, 25}}).as<std::int32_t>()[0] == -7);
+}
+
+TEST_CASE("nearby inner chunks are fetched in one coalesced range", "[sharding]") {
+  auto counting = std::make_shared<CountingStore>(std::make_shared<MemoryStore>());
+  Runtime rt({.codec_threads = 2});
+  auto a = Array::create_blocking(rt, counting, "", meta({64}, {64}, sharding({8}, kZstd)));
+  const auto data = iota_vec(64);
+  a.write_blocking(Region::all(a.shape()), std::as_bytes(std::span(data)));
+  counting->reset();
+  auto r = a.read_blocking({{4}, {60}});  // 8 inner chunks, most of the shard but not all
+  CHECK(std::equal(r.as<std::int32_t>().begin(), r.as<std::int32_t>().end(), data.begin() + 4));
+  CHECK(counting->counts().gets == 2);  // index + one merged range
+  // With no gap allowed and every other chunk, each chunk is its own request.
+  Runtime strict({.codec_threads = 2, .coalesce_gap = 0});
+  auto b = Array::open_blocking(strict, counting, "");
+  counting->reset();
+  b.read_blocking({{0}, {1}});
+  b.read_blocking({{16}, {17}});
+  CHECK(counting->counts().gets == 3);  // index once, then two single chunks
+}
+
+TEST_CASE("a partial shard write keeps the encoded bytes of untouched inner chunks", "[sharding]") {
+  Runtime rt({.codec_threads = 2});
+  auto store = std::make_shared<MemoryStore>();
+  auto a = Array::create_blocking(rt, store, "", meta({16}, {16}, sharding({4}, kCrc)));
+  const auto data = iota_vec(16);
+  a.write_blocking(Region::all(a.shape()), std::as_bytes(std::span(data)));
+  Bytes shard = *run(rt, store->get("c/0"));
+  // Corrupt inner chunk 3's checksum: decoding it would fail, keeping it must not.
+  const std::uint64_t index_bytes = 4 * 16 + 4;
+  const std::uint64_t off3 = u64(shard, shard.size() - index_bytes + 3 * 16);
+  shard[off3 + 16 + 3] ^= std::byte{0xff};  // last byte of its crc32c
+  run(rt, store->set("c/0", shard));
+  const std::int32_t v = 100;
+  a.write_blocking({{5}, {6}}, std::as_bytes(std::span(&v, 1)));  // inner chunk 1 only
+  const Bytes after = *run(rt, store->get("c/0"));
+  const std::uint64_t new_off3 = u64(after, after.size() - index_bytes + 3 * 16);
+  CHECK(test::to_hex(ByteSpan(after).subspan(new_off3, 20)) == test::to_hex(ByteSpan(shard).subspan(off3, 20)));
+  CHECK(a.read_blocking({{4}, {8}}).as<std::int32_t>()[1] == 100);
+  CHECK_THROWS_AS(a.read_blocking({{12}, {16}}), CorruptChunk);  // still corrupt: kept verbatim
+}
+
+TEST_CASE("index at start: offsets are absolute; checked by parsing the index by hand", "[sharding]") {
+  Runtime rt({.codec_threads = 2});
+  auto store = std::make_shared<MemoryStore>();
+  const json plain = json::parse(R"([{"name":"bytes","configuration":{"endian":"little"}}])");
+  auto a = Array::create_blocking(rt, store, "", meta({8}, {8}, sharding({2}, plain, "start")));
+  const std::vector<std::int32_t> data{1, 2, 0, 0, 5, 6, 7, 8};
+  a.write_blocking(Region::all(a.shape()), std::as_bytes(std::span(data)));
+  const Bytes shard = *run(rt, store->get("c/0"));
+  const std::uint64_t index_bytes = 4 * 16 + 4;
+  REQUIRE(shard.size() == index_bytes + 3 * 8);  // inner chunk 1 is all fill: not stored
+  CHECK(u64(shard, 16) == ~std::uint64_t{0});
+  CHECK(u64(shard, 24) == ~std::uint64_t{0});
+  for (std::size_t k : {0, 2, 3}) {
+    const std::uint64_t off = u64(shard, k * 16), len = u64(shard, k * 16 + 8);
+    REQUIRE(len == 8);
+    REQUIRE(off >= index_bytes);
+    std::int32_t pair[2];
+    std::memcpy(pair, shard.data() + off, 8);
+    CHECK(pair[0] == data[2 * k]);
+    CHECK(pair[1] == data[2 * k + 1]);
+  }
+  auto r = a.read_blocking({{1}, {7}});
+  CHECK(std::vector<std::int32_t>(r.as<std::int32_t>().begin(), r.as<std::int32_t>().end()) ==
+        std::vector<std::int32_t>{2, 0, 0, 5, 6, 7});
+}
+
+TEST_CASE("all-empty shards are not stored, and writing fill erases a shard", "[sharding]") {
+  Runtime rt({.codec_threads = 2});
+  auto store = std::make_shared<MemoryStore>();
+  auto a = Array::create_blocking(rt, store, "", meta({8}, {4}, sharding({2}, kZstd)));
+  const std::vector<std::int32_t> zeros(8, 0), some{0, 0, 0, 0, 1, 0, 0, 0};
+  a.write_blocking(Region::all(a.shape()), std::as_bytes(std::span(zeros)));
+  CHECK(run(rt, store->list("")).size() == 1);  // zarr.json only
+  a.write_blocking(Region::all(a.shape()), std::as_bytes(std::span(some)));
+  CHECK(run(rt, store->list("c/")) == std::vector<std::string>{"c/1"});
+  const std::int32_t zero = 0;
+  a.write_blocking({{4}, {5}}, std::as_bytes(std::span(&zero, 1)));  // partial write back to fill
+  CHECK(run(rt, store->list("c/")).empty());
+}
+
+TEST_CASE("nested sharding and edge shards round-trip", "[sharding]") {
+  Runtime rt({.codec_threads = 2});
+  auto store = std::make_shared<MemoryStore>();
+  const json nested = sharding({4, 4}, sharding({2, 2}, kZstd));
+  auto a = Array::create_blocking(rt, store, "", meta({10, 13}, {8, 8}, nested));
+  const auto data = iota_vec(130);
+  a.write_blocking(Region::all(a.shape()), std::as_bytes(std::span(data)));
+  auto r = a.read_blocking(Region::all(a.shape()));
+  CHECK(std::equal(data.begin(), data.end(), r.as<std::int32_t>().begin()));
+  auto part = a.read_blocking({{3, 5}, {9, 12}});
+  for (std::uint64_t i = 0; i < 6; ++i)
+    for (std::uint64_t j = 0; j < 7; ++j)
+      REQUIRE(part.as<std::int32_t>()[i * 7 + j] == data[(3 + i) * 13 + 5 + j]);
+}
+
+TEST_CASE("sharded reads and writes keep codec work off the I/O thread", "[sharding][invariant]") {
+  Runtime rt({.codec_threads = 2});
+  auto a = Array::create_blocking(rt, std::make_shared<MemoryStore>(), "",
+                                  meta({32, 32}, {16, 16}, sharding({4, 4}, kZstd)));
+  const auto data = iota_vec(32 * 32);
+  rt.reset_stats();
+  a.write_blocking(Region::all(a.shape()), std::as_bytes(std::span(data)));
+  a.write_blocking({{1, 1}, {2, 2}}, std::as_bytes(std::span(data.data(), 1)));
+  a.read_blocking(Region::all(a.shape()));
+  a.read_blocking({{5, 5}, {6, 6}});
+  const auto s = rt.stats();
+  CHECK(s.codec_calls > 0);
+  CHECK(s.codec_calls_on_io_thread == 0);
+}
+
+TEST_CASE("a compressor in index_codecs is rejected (b16)", "[sharding][regression]") {
+  Runtime rt({.codec_threads = 1});
+  const json bad = sharding({2}, kZstd, "end", kZstd);
+  try {
+    Array::create_blocking(rt, std::make_shared<MemoryStore>(), "", meta({4}, {4}, bad));
+    FAIL("expected InvalidMetadata");
+  } catch (const InvalidMetadata& e) {
+    CHECK(e.field().find("index_codecs") != std::string::npos);
+  }
+  CHECK_THROWS_AS(Array::create_blocking(rt, std::make_shared<MemoryStore>(), "",
+                                         meta({6}, {6}, sharding({4}, kZstd))),
+                  InvalidMetadata);  // shard shape not divisible by the inner chunk shape
+}
+
+TEST_CASE("8 writers x 1000 single-element writes into one shard lose no update", "[sharding][concurrency]") {
+  const bool on_disk = GENERATE(false, true);
+  Runtime rt({.codec_threads = 2});
+  const auto dir = std::filesystem::temp_directory_path() / ("zarrcoro-shard-stress-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::shared_ptr<Store> store = on_disk ? std::shared_ptr<Store>(std::make_shared<FilesystemStore>(rt.io_executor(), dir))
+                                         : std::make_shared<MemoryStore>();
+  auto a = Array::create_blocking(rt, store, "", meta({8000}, {8000}, sharding({500}, kZstd)));
+  std::vector<std::thread> writers;
+  for (int t = 0; t < 8; ++t) {
+    writers.emplace_back([&, t] {
+      for (std::uint64_t k = 0; k < 1000; ++k) {
+        const std::uint64_t i = k * 8 + static_cast<std::uint64_t>(t);
+        const auto v = static_cast<std::int32_t>(i + 1);
+        a.write_blocking({{i}, {i + 1}}, std::as_bytes(std::span(&v, 1)));
+      }
+    });
+  }
+  for (auto& w : writers) w.join();
+  const auto r = Array::open_blocking(rt, store, "").read_blocking(Region::all({8000}));
+  const auto expect = iota_vec(8000);
+  CHECK(std::equal(expect.begin(), expect.end(), r.as<std::int32_t>().begin()));
+  std::filesystem::remove_all(dir);
+}
