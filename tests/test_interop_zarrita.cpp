@@ -92,6 +92,18 @@ const Chain kChains[] = {
          {"name":"bytes","configuration":{"endian":"big"}},
          {"name":"zstd","configuration":{"level":1,"checksum":false}},
          {"name":"crc32c"}])"},
+    // Shards of one chunk (3x2) holding inner chunks of 1x2, index at the end.
+    {"sharding_zstd",
+     R"([{"name":"sharding_indexed","configuration":{"chunk_shape":[1,2],
+          "codecs":[{"name":"bytes","configuration":{"endian":"little"}},
+                    {"name":"zstd","configuration":{"level":3,"checksum":false}}],
+          "index_codecs":[{"name":"bytes","configuration":{"endian":"little"}},{"name":"crc32c"}],
+          "index_location":"end"}}])"},
+    {"sharding_gzip",
+     R"([{"name":"sharding_indexed","configuration":{"chunk_shape":[1,2],
+          "codecs":[{"name":"bytes","configuration":{"endian":"little"}},
+                    {"name":"gzip","configuration":{"level":5}}],
+          "index_codecs":[{"name":"bytes","configuration":{"endian":"little"}},{"name":"crc32c"}]}}])"},
 };
 
 // zarrita 0.7.5 has no complex data types at all; every other reported
@@ -497,7 +509,7 @@ TEST_CASE("zarrita reads every data type and codec chain that zarrcoro writes", 
           CHECK_FALSE(stored);
           all_ok = all_ok && !stored;
         }
-        if (meta.codecs.size() == 1)
+        if (meta.codecs.size() == 1 && meta.codecs[0]["name"] == "bytes")
           all_ok = check_raw_chunks(rt, store, a, s, has_big_endian_bytes(meta.codecs)) && all_ok;
         known_bugs[path] = known_peer_bug(kind, meta.codecs);
 
