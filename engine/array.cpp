@@ -327,7 +327,10 @@ class ReadOp final : public ChunkOp {
   };
   struct Task final : detail::ChunkTask {
     Task(ReadOp* op, std::size_t i) : op(op), i(i) {}
-    void run() override { pieces.empty() ? op->decode(i, encoded) : op->decode_pieces(i); }
+    void run() override {
+      if (encoded && op->st_->shard) op->split_shard(i);  // a whole shard was fetched
+      pieces.empty() ? op->decode(i, encoded) : op->decode_pieces(i);
+    }
     ReadOp* op;
     std::size_t i;
     std::optional<Bytes> encoded;
@@ -365,21 +368,12 @@ class ReadOp final : public ChunkOp {
       for (auto s : p.shape) t.bytes *= s;
       co_return;
     }
-    const auto& chunk_shape = st_->meta.chunk_shape;
-    Region sub{{p.chunk_start.begin(), p.chunk_start.end()}, {}};
-    for (std::size_t d = 0; d < p.shape.size(); ++d) sub.stop.push_back(p.chunk_start[d] + p.shape[d]);
-    auto inner = detail::plan_chunks(chunk_shape, sc.chunk_shape(), sub);
+    plan_pieces(i, *index);
     // Ranges of the present inner chunks, sorted by offset, then coalesced.
     std::vector<std::size_t> order;
-    t.pieces.reserve(inner.size());
-    for (auto& ip : inner) {
-      const std::size_t n = sc.inner_number(ip.coords);
-      const bool missing = index->missing(n);
-      t.pieces.push_back({std::move(ip), missing ? std::string::npos : 0, missing ? 0 : index->offset(n),
-                          missing ? 0 : index->nbytes(n)});
-      if (!missing) order.push_back(t.pieces.size() - 1);
-      t.bytes += sc.inner().chunk_spec().num_bytes();
-    }
+    for (std::size_t k = 0; k < t.pieces.size(); ++k)
+      if (t.pieces[k].buffer != std::string::npos) order.push_back(k);
+    t.bytes = t.pieces.size() * sc.inner().chunk_spec().num_bytes();
     std::sort(order.begin(), order.end(),
               [&](auto a, auto b) { return t.pieces[a].offset < t.pieces[b].offset; });
     const auto& opt = st_->rt->options();
@@ -406,6 +400,42 @@ class ReadOp final : public ChunkOp {
       k = last;
     }
     t.computes = !order.empty();
+  }
+
+  // The inner chunks part i needs, located by `index` (buffer 0 at the
+  // index's offsets; npos for absent inner chunks).
+  void plan_pieces(std::size_t i, const codecs::ShardingCodec::Index& index) {
+    const auto& sc = *st_->shard;
+    const ChunkPart& p = parts_[i];
+    Region sub{{p.chunk_start.begin(), p.chunk_start.end()}, {}};
+    for (std::size_t d = 0; d < p.shape.size(); ++d) sub.stop.push_back(p.chunk_start[d] + p.shape[d]);
+    auto inner = detail::plan_chunks(st_->meta.chunk_shape, sc.chunk_shape(), sub);
+    auto& pieces = tasks_[i].pieces;
+    pieces.reserve(inner.size());
+    for (auto& ip : inner) {
+      const std::size_t n = sc.inner_number(ip.coords);
+      const bool missing = index.missing(n);
+      pieces.push_back({std::move(ip), missing ? std::string::npos : 0, missing ? 0 : index.offset(n),
+                        missing ? 0 : index.nbytes(n)});
+    }
+  }
+
+  // On a pool thread: a whole shard was fetched; read its index and address
+  // its inner chunks in place, so each is decoded straight to the output.
+  void split_shard(std::size_t i) {
+    auto& t = tasks_[i];
+    const auto& sc = *st_->shard;
+    const ByteSpan in = *t.encoded;
+    try {
+      if (in.size() < sc.index_bytes())
+        throw CorruptChunk("", "sharding_indexed", "the shard is shorter than its index");
+      plan_pieces(i, sc.decode_index(sc.index_at_start() ? in.first(sc.index_bytes()) : in.last(sc.index_bytes()),
+                                     in.size()));
+    } catch (...) {
+      rethrow_with_key(std::current_exception(), st_->chunk_key(parts_[i].coords));
+    }
+    t.buffers.push_back(std::move(*t.encoded));
+    t.encoded.reset();
   }
 
   // The decoded index of shard `key`, or null if the shard does not exist.
