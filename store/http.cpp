@@ -1,0 +1,148 @@
+#include <zarrcoro/store/http.hpp>
+
+#include <zarrcoro/error.hpp>
+#include <zarrcoro/store/memory.hpp>  // clip
+
+#include "store/http_client.hpp"
+#include "store/sigv4.hpp"  // uri_encode
+
+namespace zarrcoro {
+
+namespace bh = boost::beast::http;
+
+
+HttpStore::HttpStore(boost::asio::any_io_executor io, std::string base_url, HttpStoreOptions options)
+    : options_(std::move(options)) {
+  auto [origin, path] = http::parse_url(base_url);
+  origin_ = std::make_unique<http::Origin>(origin);
+  base_ = origin.str();
+  path_ = path;
+  url_ = std::string(origin.tls ? "https://" : "http://") + origin.authority() + path_;
+  client_ = std::make_shared<http::Client>(std::move(io), options_.http);
+}
+
+HttpStore::~HttpStore() = default;
+
+std::string HttpStore::url() const { return url_; }
+
+HttpClientStats HttpStore::stats() const { return client_->stats(); }
+
+std::string HttpStore::target(const std::string& key) const {
+  return path_ + "/" + sigv4::uri_encode(key, false);
+}
+
+namespace {
+
+bool is_redirect(unsigned s) { return s == 301 || s == 302 || s == 303 || s == 307 || s == 308; }
+
+// Points `req` at `location` (absolute, or relative to the request's target).
+void redirect(http::Request& req, const std::string& location) {
+  if (location.starts_with("http://") || location.starts_with("https://")) {
+    const std::size_t scheme_end = location.find("://") + 3;
+    const std::size_t path = location.find('/', scheme_end);
+    req.origin = http::parse_url(location.substr(0, path)).first;
+    req.target = path == std::string::npos ? "/" : location.substr(path);
+  } else if (location.starts_with("/")) {
+    req.target = location;
+  } else {
+    const std::string dir = req.target.substr(0, req.target.find('?'));
+    req.target = dir.substr(0, dir.rfind('/') + 1) + location;
+  }
+}
+
+}  // namespace
+
+awaitable<http::Response> HttpStore::fetch(http::Request req) {
+  constexpr int max_redirects = 5;
+  for (int hops = 0;; ++hops) {
+    http::Request again = req;
+    http::Response r = co_await client_->send(std::move(again));
+    const std::string location = r.header("Location");
+    if (!is_redirect(r.status) || location.empty()) co_return r;
+    if (hops == max_redirects)
+      throw StoreError(req.key, "HTTP " + std::to_string(r.status),
+                       url_ + ": more than " + std::to_string(max_redirects) + " redirects");
+    redirect(req, location);
+  }
+}
+
+awaitable<std::optional<Bytes>> HttpStore::get(std::string key, ByteRange range) {
+  validate_key(key);
+  const bool empty_range = (range.kind == ByteRange::Kind::range && range.length == 0) ||
+                           (range.kind == ByteRange::Kind::suffix && range.length == 0);
+  if (empty_range) {
+    if (!co_await exists(key)) co_return std::nullopt;
+    co_return Bytes{};
+  }
+  http::Request req;
+  req.method = bh::verb::get;
+  req.origin = *origin_;
+  req.target = target(key);
+  req.key = key;
+  req.headers = options_.headers;
+  const std::string range_value = http::range_header(range);
+  if (!range_value.empty()) {
+    req.headers.emplace_back("Range", range_value);
+    req.max_full_body = options_.max_full_body;
+  }
+  http::Response r = co_await fetch(std::move(req));
+  const std::string url = base_ + target(key);
+  switch (r.status) {
+    case 200: {
+      if (range.kind == ByteRange::Kind::full) co_return std::move(r.body);
+      // The server ignored the range: slice the whole value.
+      const ByteExtent e = clip(range, r.body.size());
+      co_return Bytes(r.body.begin() + static_cast<std::ptrdiff_t>(e.begin),
+                      r.body.begin() + static_cast<std::ptrdiff_t>(e.end));
+    }
+    case 206:
+      if (range.kind == ByteRange::Kind::full)
+        throw StoreError(key, "HTTP 206", "GET " + url + ": a partial answer to a whole-value request");
+      co_return http::take_partial(key, url, range, r);
+    case 416:
+      co_return Bytes{};  // the value exists; the range starts at or past its end
+    case 404:
+    case 410:
+      co_return std::nullopt;
+    default:
+      throw StoreError(key, "HTTP " + std::to_string(r.status),
+                       "GET " + url + ": " + std::to_string(r.status) + " " +
+                           std::string(http::status_text(r.status)) +
+                           (r.attempts > 1 ? " after " + std::to_string(r.attempts) + " attempts" : ""));
+  }
+}
+
+awaitable<bool> HttpStore::exists(std::string key) {
+  validate_key(key);
+  http::Request req;
+  req.method = bh::verb::head;
+  req.origin = *origin_;
+  req.target = target(key);
+  req.key = key;
+  req.headers = options_.headers;
+  http::Response r = co_await fetch(std::move(req));
+  if (r.status >= 200 && r.status < 300) co_return true;
+  if (r.status == 404 || r.status == 410) co_return false;
+  throw StoreError(key, "HTTP " + std::to_string(r.status),
+                   "HEAD " + base_ + target(key) + ": " + std::to_string(r.status) + " " +
+                       std::string(http::status_text(r.status)));
+}
+
+awaitable<void> HttpStore::set(std::string key, Bytes) {
+  validate_key(key);
+  throw StoreError(key, "read_only", url() + " is a read-only HTTP store: values cannot be written");
+  co_return;
+}
+
+awaitable<void> HttpStore::erase(std::string key) {
+  validate_key(key);
+  throw StoreError(key, "read_only", url() + " is a read-only HTTP store: values cannot be erased");
+  co_return;
+}
+
+awaitable<std::vector<std::string>> HttpStore::list(std::string prefix) {
+  throw StoreError(prefix, "list", url() + ": an HTTP store cannot list keys");
+  co_return std::vector<std::string>{};
+}
+
+}  // namespace zarrcoro

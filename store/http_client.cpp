@@ -1,0 +1,583 @@
+#include "store/http_client.hpp"
+
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
+#include <algorithm>
+#include <charconv>
+#include <limits>
+#include <optional>
+#include <random>
+#include <variant>
+
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/experimental/concurrent_channel.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+#include <spdlog/spdlog.h>
+
+#include <zarrcoro/error.hpp>
+#include <zarrcoro/store/memory.hpp>  // clip
+
+namespace zarrcoro::http {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+using tcp = asio::ip::tcp;
+using error_code = boost::system::error_code;
+using Clock = std::chrono::steady_clock;
+using ResponseBody = beast_http::vector_body<std::byte, UninitAllocator<std::byte>>;
+using RequestBody = beast_http::span_body<const std::byte>;
+using asio::use_awaitable;
+
+// ---------------------------------------------------------------------------
+// URLs
+
+std::string Origin::authority() const {
+  const bool v6 = host.find(':') != std::string::npos;
+  std::string out = v6 ? "[" + host + "]" : host;
+  if (port != (tls ? 443 : 80)) out += ":" + std::to_string(port);
+  return out;
+}
+
+std::string Origin::str() const {
+  const bool v6 = host.find(':') != std::string::npos;
+  return std::string(tls ? "https://" : "http://") + (v6 ? "[" + host + "]" : host) + ":" +
+         std::to_string(port);
+}
+
+std::pair<Origin, std::string> parse_url(std::string_view url) {
+  auto bad = [&](const std::string& why) -> std::pair<Origin, std::string> {
+    throw InvalidArgument("", "url", "'" + std::string(url) + "': " + why);
+  };
+  Origin o;
+  std::string_view rest;
+  std::string scheme(url.substr(0, url.find("://")));
+  for (auto& c : scheme)
+    if (c >= 'A' && c <= 'Z') c = char(c - 'A' + 'a');
+  if (scheme == "http" && url.size() >= 7) {
+    rest = url.substr(7);
+  } else if (scheme == "https" && url.size() >= 8) {
+    o.tls = true;
+    o.port = 443;
+    rest = url.substr(8);
+  } else {
+    return bad("expected http:// or https://");
+  }
+  const std::size_t slash = rest.find_first_of("/?#");
+  std::string_view auth = rest.substr(0, slash);
+  std::string_view path = slash == std::string_view::npos ? "" : rest.substr(slash);
+  path = path.substr(0, path.find_first_of("?#"));
+  while (!path.empty() && path.back() == '/') path.remove_suffix(1);
+  if (auth.find('@') != std::string_view::npos) return bad("credentials in URLs are not supported");
+  std::string_view port;
+  if (auth.starts_with("[")) {
+    const std::size_t close = auth.find(']');
+    if (close == std::string_view::npos) return bad("unterminated IPv6 address");
+    o.host = std::string(auth.substr(1, close - 1));
+    const auto after = auth.substr(close + 1);
+    if (!after.empty()) {
+      if (after.front() != ':') return bad("junk after the IPv6 address");
+      port = after.substr(1);
+    }
+  } else {
+    const std::size_t colon = auth.rfind(':');
+    o.host = std::string(auth.substr(0, colon));
+    if (colon != std::string_view::npos) port = auth.substr(colon + 1);
+  }
+  if (o.host.empty()) return bad("no host");
+  for (auto& c : o.host)
+    if (c >= 'A' && c <= 'Z') c = char(c - 'A' + 'a');
+  if (!port.empty()) {
+    unsigned value = 0;
+    const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+    if (ec != std::errc{} || end != port.data() + port.size() || value == 0 || value > 65535)
+      return bad("bad port '" + std::string(port) + "'");
+    o.port = static_cast<std::uint16_t>(value);
+  }
+  return {o, std::string(path)};
+}
+
+// The Range header value for `range`, or "" for the whole value. Ranges
+// with nothing to fetch (length 0) are handled by the caller.
+std::string range_header(const ByteRange& range) {
+  constexpr auto max = std::numeric_limits<std::uint64_t>::max();
+  switch (range.kind) {
+    case ByteRange::Kind::full:
+      return "";
+    case ByteRange::Kind::range:
+      if (range.length > max - range.offset) return "bytes=" + std::to_string(range.offset) + "-";
+      return "bytes=" + std::to_string(range.offset) + "-" +
+             std::to_string(range.offset + range.length - 1);
+    case ByteRange::Kind::suffix:
+      // Servers parse the length as a signed 64-bit number: stay below that.
+      return "bytes=-" + std::to_string(std::min<std::uint64_t>(range.length, max >> 1));
+  }
+  return "";
+}
+
+// Checks a 206 answer against the requested range and returns its bytes;
+// raises StoreError when the Content-Range does not match.
+Bytes take_partial(const std::string& key, const std::string& url, const ByteRange& range,
+                   Response& r) {
+  // "bytes first-last/total" (total may be "*").
+  const std::string cr = r.header("Content-Range");
+  auto fail = [&](const std::string& why) -> Bytes {
+    throw StoreError(key, "Content-Range",
+                     "GET " + url + ": " + why + " (Content-Range '" + cr + "', " +
+                         std::to_string(r.body.size()) + " body bytes)");
+  };
+  std::uint64_t first = 0, last = 0, total = 0;
+  bool total_known = false;
+  {
+    std::string_view s(cr);
+    if (!s.starts_with("bytes ")) return fail("a 206 answer without a byte Content-Range");
+    s.remove_prefix(6);
+    auto num = [&](std::uint64_t& v) {
+      const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+      if (ec != std::errc{} || end == s.data()) return false;
+      s.remove_prefix(static_cast<std::size_t>(end - s.data()));
+      return true;
+    };
+    if (!num(first) || s.empty() || s.front() != '-') return fail("a malformed Content-Range");
+    s.remove_prefix(1);
+    if (!num(last) || s.empty() || s.front() != '/') return fail("a malformed Content-Range");
+    s.remove_prefix(1);
+    if (s == "*") total_known = false;
+    else if (num(total) && s.empty()) total_known = true;
+    else return fail("a malformed Content-Range");
+  }
+  if (last < first || r.body.size() != last - first + 1)
+    return fail("the body length does not match the Content-Range");
+  if (total_known && last >= total) return fail("a Content-Range beyond the value's end");
+  // The expected extent: a suffix needs the total to be checked exactly.
+  std::uint64_t want_first = 0, want_last = 0;
+  if (range.kind == ByteRange::Kind::range) {
+    want_first = range.offset;
+    const std::uint64_t end = range.length > std::numeric_limits<std::uint64_t>::max() - range.offset
+                                  ? std::numeric_limits<std::uint64_t>::max()
+                                  : range.offset + range.length;
+    want_last = end - 1;
+    if (total_known && want_last >= total) want_last = total - 1;
+    if (first != want_first || (total_known ? last != want_last : last > want_last))
+      return fail("the server sent another range than requested");
+  } else if (range.kind == ByteRange::Kind::suffix) {
+    if (total_known) {
+      const ByteExtent e = clip(range, total);
+      if (first != e.begin || last + 1 != e.end)
+        return fail("the server sent another range than requested");
+    } else if (last - first + 1 > range.length) {
+      return fail("the server sent more bytes than requested");
+    }
+  }
+  return std::move(r.body);
+}
+
+std::string Response::header(std::string_view name) const {
+  const auto it = headers.find(beast::string_view(name.data(), name.size()));
+  return it == headers.end() ? std::string() : std::string(it->value());
+}
+
+std::string_view status_text(unsigned status) {
+  const auto s = beast_http::obsolete_reason(beast_http::int_to_status(status));
+  return {s.data(), s.size()};
+}
+
+// ---------------------------------------------------------------------------
+// Connections and pools
+
+struct Client::Conn {
+  std::optional<beast::tcp_stream> plain;
+  std::optional<beast::ssl_stream<beast::tcp_stream>> tls;
+  beast::flat_buffer buffer;
+  Clock::time_point idle_since;
+
+  beast::tcp_stream& tcp() { return tls ? beast::get_lowest_layer(*tls) : *plain; }
+};
+
+struct Client::HostPool {
+  // A semaphore: the channel holds one token per free request slot.
+  using Slots = asio::experimental::concurrent_channel<void(error_code)>;
+  HostPool(const asio::any_io_executor& io, unsigned n) : slots(io, n) {
+    for (unsigned i = 0; i < n; ++i) slots.try_send(error_code{});
+  }
+  Slots slots;
+  std::mutex mu;
+  std::vector<std::unique_ptr<Conn>> idle;  // most recently used last
+};
+
+struct Client::Attempt {
+  Response response;
+  error_code ec;
+  std::string what;           // the failure, for messages
+  bool retryable = true;      // meaningful when ec is set
+  bool got_response = false;  // any response byte arrived
+  bool keep_alive = false;    // the connection may serve another request
+  std::uint64_t sent = 0, received = 0;  // body bytes
+};
+
+namespace {
+
+// Returns a request slot to its pool when the request leaves it.
+struct SlotGuard {
+  Client::HostPool* pool;
+  ~SlotGuard();
+};
+
+const boost::system::error_category& http_category() {
+  return beast_http::make_error_code(beast_http::error::end_of_stream).category();
+}
+
+bool retryable_status(unsigned s) {
+  return s == 408 || s == 429 || s == 500 || s == 502 || s == 503 || s == 504;
+}
+
+std::string tls_detail(const error_code& ec, SSL* ssl) {
+  std::string out = ec.message();
+  if (ssl) {
+    const long v = SSL_get_verify_result(ssl);
+    if (v != X509_V_OK) out += std::string(" (") + X509_verify_cert_error_string(v) + ")";
+  }
+  return out;
+}
+
+std::string describe(const error_code& ec) {
+  if (ec == beast::error::timeout) return "timed out";
+  if (ec == beast_http::error::end_of_stream || ec == asio::error::eof)
+    return "connection closed by the server";
+  if (ec == beast_http::error::partial_message) return "response cut short (connection closed mid-body)";
+  if (ec == asio::error::connection_reset) return "connection reset by the server";
+  return ec.message();
+}
+
+thread_local std::mt19937_64 jitter_rng{std::random_device{}()};
+
+// One request/response on an open connection. Parameters are pointers to
+// objects in the awaiting frame (coroutine parameters stay values).
+template <class Stream>
+awaitable<void> do_exchange(Stream* stream_ptr, Client::Conn* conn, const Request* req_ptr,
+                            const HttpClientOptions* opt_ptr, Client::Attempt* out) {
+  Stream& stream = *stream_ptr;
+  beast::tcp_stream& tcp = conn->tcp();
+  beast::flat_buffer& buffer = conn->buffer;
+  const Request& req = *req_ptr;
+  const HttpClientOptions& opt = *opt_ptr;
+  error_code& ec = out->ec;
+  std::string& what = out->what;
+  bool& retryable = out->retryable;
+  bool& got_response = out->got_response;
+  std::uint64_t& sent = out->sent;
+  std::uint64_t& received = out->received;
+  const auto deadline = Clock::now() + opt.request_timeout;
+  // Arms the stream's timer for the next step: no progress for io_timeout, or
+  // the end of the attempt, whichever comes first.
+  auto arm = [&]() -> bool {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) return false;
+    tcp.expires_after(std::min(left, opt.io_timeout));
+    return true;
+  };
+  auto timeout = [&]() {
+    ec = beast::error::timeout;
+    what = "timed out";
+  };
+
+  beast_http::request<RequestBody> msg{req.method, req.target, 11};
+  msg.set(beast_http::field::host, req.origin.authority());
+  msg.set(beast_http::field::user_agent, "zarrcoro/0.1");
+  for (const auto& [k, v] : req.headers) msg.set(k, v);
+  if (req.body_owner) {
+    msg.body() = RequestBody::value_type(req.body.data(), req.body.size());
+    msg.content_length(req.body.size());  // also 0 for an empty PUT
+  } else {
+    msg.prepare_payload();
+  }
+
+  beast_http::request_serializer<RequestBody> sr{msg};
+  while (!sr.is_done()) {
+    if (!arm()) co_return timeout();
+    const std::size_t n = co_await beast_http::async_write_some(stream, sr, asio::redirect_error(use_awaitable, ec));
+    (void)n;
+    if (ec) {
+      what = describe(ec);
+      co_return;
+    }
+  }
+  sent += req.body.size();
+
+  beast_http::response_parser<ResponseBody> parser;
+  parser.body_limit(opt.max_body_bytes);
+  if (req.method == beast_http::verb::head) parser.skip(true);
+  const std::size_t before = buffer.size();
+  while (!parser.is_header_done()) {
+    if (!arm()) co_return timeout();
+    co_await beast_http::async_read_some(stream, buffer, parser, asio::redirect_error(use_awaitable, ec));
+    if (buffer.size() != before || parser.got_some()) got_response = true;
+    if (ec) {
+      what = describe(ec);
+      // A message that does not parse is not worth repeating.
+      retryable = ec.category() != http_category() ||
+                  ec == beast_http::error::end_of_stream || ec == beast_http::error::partial_message;
+      co_return;
+    }
+  }
+  got_response = true;
+  const unsigned status = parser.get().result_int();
+  if (req.max_full_body && status == 200 && req.method != beast_http::verb::head) {
+    const auto length = parser.content_length();
+    if (length && *length > req.max_full_body) {
+      ec = beast_http::error::body_limit;
+      what = "the server ignored the Range header and answered 200 with the whole value (" +
+             std::to_string(*length) + " bytes), more than the " +
+             std::to_string(req.max_full_body) + "-byte limit for a whole-body fallback";
+      retryable = false;
+      co_return;
+    }
+    parser.body_limit(req.max_full_body);
+  }
+  while (!parser.is_done()) {
+    if (!arm()) co_return timeout();
+    co_await beast_http::async_read_some(stream, buffer, parser, asio::redirect_error(use_awaitable, ec));
+    if (ec) {
+      what = describe(ec);
+      if (ec == beast_http::error::body_limit) {
+        retryable = false;
+        what = req.max_full_body && status == 200
+                   ? "the server ignored the Range header and sent more than the " +
+                         std::to_string(req.max_full_body) + "-byte limit for a whole-body fallback"
+                   : "the response body is larger than the " + std::to_string(opt.max_body_bytes) +
+                         "-byte limit";
+      } else if (ec.category() == http_category()) {
+        retryable = ec == beast_http::error::end_of_stream || ec == beast_http::error::partial_message;
+      }
+      co_return;
+    }
+  }
+  tcp.expires_never();
+  auto message = parser.release();
+  out->keep_alive = message.keep_alive();
+  out->response.status = message.result_int();
+  out->response.body = std::move(message.body());
+  received += out->response.body.size();
+  out->response.headers = std::move(message.base());
+}
+
+}  // namespace
+
+SlotGuard::~SlotGuard() { pool->slots.try_send(error_code{}); }
+
+Client::Client(asio::any_io_executor io, HttpClientOptions options)
+    : io_(std::move(io)), options_(std::move(options)), tls_(asio::ssl::context::tls_client) {
+  options_.max_connections_per_host = std::max(1u, options_.max_connections_per_host);
+  options_.max_attempts = std::max(1u, options_.max_attempts);
+  error_code ec;
+  if (options_.verify_tls) {
+    tls_.set_verify_mode(asio::ssl::verify_peer, ec);
+    tls_.set_default_verify_paths(ec);  // a machine without a trust store still works with ca_file
+    if (!options_.ca_file.empty()) {
+      tls_.load_verify_file(options_.ca_file, ec);
+      if (ec)
+        throw InvalidArgument("", "ca_file", "cannot load CA file '" + options_.ca_file + "': " + ec.message());
+    }
+  } else {
+    tls_.set_verify_mode(asio::ssl::verify_none, ec);
+  }
+}
+
+Client::~Client() = default;
+
+HttpClientStats Client::stats() const {
+  return {requests_, attempts_, retries_, connections_, reused_, bytes_received_, bytes_sent_};
+}
+
+std::shared_ptr<Client::HostPool> Client::pool_for(const Origin& origin) {
+  std::lock_guard lock(mu_);
+  auto& pool = pools_[origin.str()];
+  if (!pool) pool = std::make_shared<HostPool>(io_, options_.max_connections_per_host);
+  return pool;
+}
+
+std::chrono::milliseconds Client::backoff(unsigned retry, const Response* response) const {
+  using ms = std::chrono::milliseconds;
+  const auto cap = options_.backoff_max;
+  if (response) {
+    const std::string after = response->header("Retry-After");
+    unsigned seconds = 0;
+    const auto [end, ec] = std::from_chars(after.data(), after.data() + after.size(), seconds);
+    if (!after.empty() && ec == std::errc{} && end == after.data() + after.size()) {
+      const ms wanted{std::uint64_t{seconds} * 1000};
+      if (wanted <= cap) return std::max(wanted, ms{1});
+    }
+  }
+  const unsigned shift = std::min(retry - 1, 20u);
+  const auto full = std::min<std::int64_t>(cap.count(), options_.backoff_base.count() << shift);
+  if (full <= 0) return ms{0};
+  std::uniform_int_distribution<std::int64_t> pick(full / 2, full);
+  return ms{pick(jitter_rng)};
+}
+
+awaitable<std::unique_ptr<Client::Conn>> Client::connect(Origin o, Attempt* out_ptr) {
+  Attempt& out = *out_ptr;
+  using namespace asio::experimental::awaitable_operators;
+  const auto deadline = Clock::now() + options_.connect_timeout;
+  auto left = [&] {
+    return std::max(std::chrono::milliseconds{1},
+                    std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+  };
+  std::string host = o.host;
+  if (auto it = options_.connect_to.find(o.host); it != options_.connect_to.end()) host = it->second;
+
+  std::vector<tcp::endpoint> endpoints;
+  error_code ec;
+  const auto address = asio::ip::make_address(host, ec);
+  if (!ec) {
+    endpoints.emplace_back(address, o.port);
+  } else {
+    tcp::resolver resolver(io_);
+    asio::steady_timer timer(io_, left());
+    std::variant<tcp::resolver::results_type, std::monostate> found;
+    try {
+      found = co_await (resolver.async_resolve(host, std::to_string(o.port), use_awaitable) ||
+                        timer.async_wait(use_awaitable));
+    } catch (const boost::system::system_error& e) {
+      out.ec = e.code();
+      out.what = "cannot resolve '" + host + "': " + e.code().message();
+      co_return nullptr;
+    }
+    if (found.index() == 1) {
+      out.ec = beast::error::timeout;
+      out.what = "resolving '" + host + "' timed out";
+      co_return nullptr;
+    }
+    for (const auto& e : std::get<0>(found)) endpoints.push_back(e.endpoint());
+  }
+
+  auto conn = std::make_unique<Conn>();
+  if (o.tls) conn->tls.emplace(io_, tls_);
+  else conn->plain.emplace(io_);
+  auto& stream = conn->tcp();
+  stream.expires_after(left());
+  co_await stream.async_connect(endpoints, asio::redirect_error(use_awaitable, ec));
+  if (ec) {
+    out.ec = ec;
+    out.what = "cannot connect to " + o.str() + ": " + (ec == beast::error::timeout ? "timed out" : ec.message());
+    co_return nullptr;
+  }
+  stream.socket().set_option(tcp::no_delay(true), ec);
+  if (o.tls) {
+    SSL* ssl = conn->tls->native_handle();
+    error_code not_ip;
+    asio::ip::make_address(o.host, not_ip);
+    if (not_ip) SSL_set_tlsext_host_name(ssl, o.host.c_str());
+    if (options_.verify_tls) conn->tls->set_verify_callback(asio::ssl::host_name_verification(o.host));
+    stream.expires_after(left());
+    co_await conn->tls->async_handshake(asio::ssl::stream_base::client,
+                                        asio::redirect_error(use_awaitable, ec));
+    if (ec) {
+      out.ec = ec;
+      out.retryable = ec.category() != asio::error::get_ssl_category();
+      out.what = "TLS handshake with " + o.str() + " failed: " +
+                 (ec == beast::error::timeout ? std::string("timed out") : tls_detail(ec, ssl));
+      co_return nullptr;
+    }
+  }
+  stream.expires_never();
+  ++connections_;
+  co_return conn;
+}
+
+awaitable<void> Client::exchange(Conn* conn, const Request* req, Attempt* out) {
+  if (conn->tls) co_await do_exchange(&*conn->tls, conn, req, &options_, out);
+  else co_await do_exchange(&*conn->plain, conn, req, &options_, out);
+  bytes_sent_ += out->sent;
+  bytes_received_ += out->received;
+}
+
+awaitable<Client::Attempt> Client::attempt(const Request* req_ptr, HostPool* pool_ptr) {
+  const Request& req = *req_ptr;
+  HostPool& pool = *pool_ptr;
+  for (int round = 0;; ++round) {
+    Attempt out;
+    std::unique_ptr<Conn> conn;
+    if (round == 0) {
+      std::lock_guard lock(pool.mu);
+      const auto now = Clock::now();
+      // Drop connections idle too long: their server may have closed them.
+      std::erase_if(pool.idle, [&](const auto& c) { return now - c->idle_since > options_.idle_keepalive; });
+      if (!pool.idle.empty()) {
+        conn = std::move(pool.idle.back());
+        pool.idle.pop_back();
+      }
+    }
+    const bool reused = conn != nullptr;
+    if (!conn) {
+      conn = co_await connect(req.origin, &out);
+      if (!conn) co_return out;
+    }
+    ++attempts_;
+    if (reused) ++reused_;
+    co_await exchange(conn.get(), &req, &out);
+    if (out.ec && reused && !out.got_response && out.ec != beast::error::timeout) {
+      // The server closed the pooled connection before this request reached
+      // it; so are probably the other idle ones. Once more on a new one.
+      std::lock_guard lock(pool.mu);
+      pool.idle.clear();
+      continue;
+    }
+    // Only a connection with nothing left over is reusable (a server that
+    // sent more than one message's worth would desynchronize it).
+    if (!out.ec && out.keep_alive && conn->buffer.size() == 0) {
+      conn->idle_since = Clock::now();
+      std::lock_guard lock(pool.mu);
+      pool.idle.push_back(std::move(conn));
+    }
+    co_return out;
+  }
+}
+
+awaitable<Response> Client::send(Request request) {
+  const auto self = shared_from_this();  // outlive the store if need be
+  ++requests_;
+  const auto pool = pool_for(request.origin);
+  const unsigned max_attempts = options_.max_attempts;
+  for (unsigned n = 1;; ++n) {
+    Attempt a;
+    {
+      co_await pool->slots.async_receive(use_awaitable);
+      SlotGuard guard{pool.get()};
+      a = co_await attempt(&request, pool.get());
+    }
+    std::chrono::milliseconds delay{};
+    const std::string url = request.origin.str() + request.target;
+    const std::string method(beast_http::to_string(request.method));
+    if (!a.ec) {
+      if (!retryable_status(a.response.status) || n >= max_attempts) {
+        a.response.attempts = n;
+        co_return std::move(a.response);
+      }
+      delay = backoff(n, &a.response);
+      spdlog::debug("zarrcoro http: {} {}: HTTP {}; retry {} of {} in {} ms", method, url,
+                    a.response.status, n, max_attempts - 1, delay.count());
+    } else {
+      if (!a.retryable || n >= max_attempts) {
+        std::string msg = method + " " + url + ": " + a.what;
+        if (n > 1) msg += " (gave up after " + std::to_string(n) + " attempts)";
+        throw StoreError(request.key, "", msg);
+      }
+      delay = backoff(n, nullptr);
+      spdlog::debug("zarrcoro http: {} {}: {}; retry {} of {} in {} ms", method, url, a.what, n,
+                    max_attempts - 1, delay.count());
+    }
+    ++retries_;
+    asio::steady_timer timer(io_, delay);
+    co_await timer.async_wait(use_awaitable);
+  }
+}
+
+}  // namespace zarrcoro::http
