@@ -1,8 +1,12 @@
 // The `bytes` array -> bytes codec (Zarr v3 codec spec "bytes", version 1.0):
 // elements in lexicographical (C) order, each in the configured byte order.
-// `endian` ("little" or "big") is required unless the data type is a single
-// byte. Complex numbers are two floats, each swapped on its own
-// (DataType::swap_unit). The host is little-endian, so "little" is a copy.
+// `endian` ("little" or "big") is required unless no multi-byte value needs
+// it. Complex numbers are two floats, each swapped on its own
+// (DataType::swap_unit); unicode strings are 4-byte code units. A structured
+// element is swapped field by field: a field that declares its own byte
+// order (Zarr v2 dtypes such as [["a", ">f4"], ["b", "<i2"]]) keeps it, the
+// others use `endian` (zarr-extensions `struct`; shared/cases B01). The host
+// is little-endian, so "little" is a copy.
 #include <cstring>
 #include <optional>
 #include <string>
@@ -61,13 +65,13 @@ class BytesCodec final : public ArrayToBytesCodec {
   }
 
   void validate(const ArraySpec& spec) const override {
-    if (!endian_ && spec.dtype.size() != 1)
+    if (!endian_ && spec.dtype.needs_byte_order())
       throw InvalidMetadata("", "endian",
-                            "bytes: \"endian\" is required for data type " +
-                                std::string(spec.dtype.name()));
+                            "bytes: \"endian\" is required for data type " + spec.dtype.describe());
   }
 
   bool is_identity(const ArraySpec& spec) const override {
+    if (spec.dtype.is_structured()) return spec.dtype.swap_runs(order()).empty();
     return spec.dtype.swap_unit() == 1 || endian_ == Endian::little;
   }
 
@@ -77,7 +81,7 @@ class BytesCodec final : public ArrayToBytesCodec {
 
   void encode(const ArraySpec& spec, ByteSpan in, Bytes& out) const override {
     out.resize(in.size());
-    swap_copy(in.data(), out.data(), in.size(), unit(spec));
+    convert(spec, in.data(), out.data(), in.size());
   }
 
   void decode(const ArraySpec& spec, ByteSpan in, MutableByteSpan out) const override {
@@ -89,12 +93,22 @@ class BytesCodec final : public ArrayToBytesCodec {
       throw CorruptChunk("", "bytes",
                          "bytes: chunk is " + std::to_string(in.size()) + " bytes, expected " +
                              std::to_string(expected));
-    swap_copy(in.data(), out.data(), in.size(), unit(spec));
+    convert(spec, in.data(), out.data(), in.size());
   }
 
  private:
-  std::size_t unit(const ArraySpec& spec) const {
-    return is_identity(spec) ? 1 : spec.dtype.swap_unit();
+  ByteOrder order() const {
+    return !endian_ ? ByteOrder::unspecified : *endian_ == Endian::big ? ByteOrder::big : ByteOrder::little;
+  }
+
+  // Native <-> stored order (the same reversal both ways).
+  void convert(const ArraySpec& spec, const std::byte* in, std::byte* out, std::size_t n) const {
+    if (spec.dtype.is_structured()) {
+      const auto runs = spec.dtype.swap_runs(order());
+      apply_swap_runs(runs, spec.dtype.size(), in, out, n / spec.dtype.size());
+      return;
+    }
+    swap_copy(in, out, n, is_identity(spec) ? 1 : spec.dtype.swap_unit());
   }
 
   std::optional<Endian> endian_;

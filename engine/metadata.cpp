@@ -1,34 +1,129 @@
 // Zarr v3 array metadata: parsing, validation and serialization
-// (Zarr v3 core spec, "Array metadata", "Chunk key encoding", "Fill value").
+// (Zarr v3 core spec, "Array metadata", "Chunk key encoding", "Fill value";
+// zarr-extensions data types struct, fixed_length_utf32,
+// null_terminated_bytes). The v2 form is in metadata_v2.cpp.
 #include <zarrcoro/metadata.hpp>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 
 #include <zarrcoro/error.hpp>
 
+#include "engine/metadata_detail.hpp"
+
 namespace zarrcoro {
-namespace {
 
-using json = nlohmann::json;
+namespace detail {
 
-[[noreturn]] void bad(const std::string& key, const std::string& field, const std::string& msg) {
-  throw InvalidMetadata(key, field, msg);
-}
-
-std::vector<std::uint64_t> parse_shape(const json& j, const std::string& key,
+std::vector<std::uint64_t> parse_shape(const nlohmann::json& j, const std::string& key,
                                        const std::string& field) {
-  if (!j.is_array()) bad(key, field, "expected an array of non-negative integers");
+  if (!j.is_array()) throw InvalidMetadata(key, field, "expected an array of non-negative integers");
   std::vector<std::uint64_t> out;
   for (const auto& v : j) {
     if (!v.is_number_integer() || (v.is_number_integer() && !v.is_number_unsigned() &&
                                    v.get<std::int64_t>() < 0))
-      bad(key, field, "expected an array of non-negative integers, got " + j.dump());
+      throw InvalidMetadata(key, field, "expected an array of non-negative integers, got " + j.dump());
     out.push_back(v.get<std::uint64_t>());
   }
   return out;
+}
+
+std::string base64_encode(ByteSpan data) {
+  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((data.size() + 2) / 3 * 4);
+  for (std::size_t i = 0; i < data.size(); i += 3) {
+    std::uint32_t v = static_cast<std::uint32_t>(data[i]) << 16;
+    if (i + 1 < data.size()) v |= static_cast<std::uint32_t>(data[i + 1]) << 8;
+    if (i + 2 < data.size()) v |= static_cast<std::uint32_t>(data[i + 2]);
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += i + 1 < data.size() ? kAlphabet[(v >> 6) & 63] : '=';
+    out += i + 2 < data.size() ? kAlphabet[v & 63] : '=';
+  }
+  return out;
+}
+
+std::optional<Bytes> base64_decode(std::string_view text) {
+  while (!text.empty() && text.back() == '=') text.remove_suffix(1);
+  if (text.size() % 4 == 1) return std::nullopt;
+  Bytes out;
+  std::uint32_t acc = 0;
+  int bits = 0;
+  for (char c : text) {
+    int v = c >= 'A' && c <= 'Z'   ? c - 'A'
+            : c >= 'a' && c <= 'z' ? c - 'a' + 26
+            : c >= '0' && c <= '9' ? c - '0' + 52
+            : c == '+'             ? 62
+            : c == '/'             ? 63
+                                   : -1;
+    if (v < 0) return std::nullopt;
+    acc = acc << 6 | static_cast<std::uint32_t>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out.push_back(static_cast<std::byte>((acc >> bits) & 0xff));
+    }
+  }
+  return out;
+}
+
+std::optional<std::u32string> utf8_decode(std::string_view text) {
+  std::u32string out;
+  for (std::size_t i = 0; i < text.size();) {
+    const auto b = static_cast<unsigned char>(text[i]);
+    const int n = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
+    if (n == 0 || i + n > text.size()) return std::nullopt;
+    char32_t cp = n == 1 ? b : b & (0x7f >> n);
+    for (int k = 1; k < n; ++k) {
+      const auto c = static_cast<unsigned char>(text[i + k]);
+      if ((c >> 6) != 2) return std::nullopt;
+      cp = cp << 6 | (c & 0x3f);
+    }
+    static constexpr char32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return std::nullopt;
+    out += cp;
+    i += n;
+  }
+  return out;
+}
+
+std::optional<std::string> utf8_encode(std::u32string_view text) {
+  std::string out;
+  for (char32_t cp : text) {
+    if (cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return std::nullopt;
+    if (cp < 0x80) {
+      out += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+      out += static_cast<char>(0xc0 | (cp >> 6));
+      out += static_cast<char>(0x80 | (cp & 0x3f));
+    } else if (cp < 0x10000) {
+      out += static_cast<char>(0xe0 | (cp >> 12));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+      out += static_cast<char>(0x80 | (cp & 0x3f));
+    } else {
+      out += static_cast<char>(0xf0 | (cp >> 18));
+      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+      out += static_cast<char>(0x80 | (cp & 0x3f));
+    }
+  }
+  return out;
+}
+
+}  // namespace detail
+
+namespace {
+
+using json = nlohmann::json;
+using detail::parse_shape;
+
+[[noreturn]] void bad(const std::string& key, const std::string& field, const std::string& msg) {
+  throw InvalidMetadata(key, field, msg);
 }
 
 // ---- fill values ---------------------------------------------------------
@@ -176,6 +271,63 @@ FillValue parse_fill_value(const json& j, DataType dtype, const std::string& key
       put_float_bits(out, half, parse_float_bits(j[1], half, key), half);
       break;
     }
+    case K::bytes: {
+      const auto raw = j.is_string() ? detail::base64_decode(j.get<std::string>()) : std::nullopt;
+      if (!raw || raw->size() > dtype.size())
+        bad(key, "fill_value", "expected base64 of at most " + std::to_string(dtype.size()) +
+                                   " bytes for " + dtype.describe() + ", got " + j.dump());
+      out.assign(dtype.size(), std::byte{0});
+      std::copy(raw->begin(), raw->end(), out.begin());
+      break;
+    }
+    case K::unicode: {
+      const auto text = j.is_string() ? detail::utf8_decode(j.get<std::string>()) : std::nullopt;
+      if (!text || text->size() > dtype.length())
+        bad(key, "fill_value", "expected a string of at most " + std::to_string(dtype.length()) +
+                                   " characters for " + dtype.describe() + ", got " + j.dump());
+      out.assign(dtype.size(), std::byte{0});
+      std::memcpy(out.data(), text->data(), text->size() * 4);  // native UTF-32
+      break;
+    }
+    case K::structured: {
+      out.assign(dtype.size(), std::byte{0});
+      if (j.is_string()) {  // legacy: the record's bytes
+        const auto raw = detail::base64_decode(j.get<std::string>());
+        if (!raw || raw->size() != dtype.size())
+          bad(key, "fill_value", "expected base64 of " + std::to_string(dtype.size()) + " bytes, got " + j.dump());
+        std::copy(raw->begin(), raw->end(), out.begin());
+        break;
+      }
+      if (!j.is_object()) bad(key, "fill_value", "expected an object {\"field\": value, ...} for a struct, got " + j.dump());
+      for (const auto& f : dtype.fields()) {
+        if (!j.contains(f.name)) bad(key, "fill_value", "no value for struct field '" + f.name + "'");
+        const json& v = j[f.name];
+        const std::size_t n = f.size() / f.type.size();
+        json flat = json::array();
+        if (!f.shape.empty() && v.is_array()) {
+          std::function<void(const json&)> walk = [&](const json& x) {
+            if (x.is_array() && !(f.type.is_complex() && x.size() == 2 && !x[0].is_array())) {
+              for (const auto& y : x) walk(y);
+            } else {
+              flat.push_back(x);
+            }
+          };
+          walk(v);
+          if (flat.size() != n)
+            bad(key, "fill_value", "field '" + f.name + "' needs " + std::to_string(n) + " values, got " + v.dump());
+        } else {
+          for (std::size_t i = 0; i < n; ++i) flat.push_back(v);  // one value for every element
+        }
+        for (std::size_t i = 0; i < n; ++i) {
+          const FillValue fv = parse_fill_value(flat[i], f.type, key);
+          std::copy(fv.begin(), fv.end(), out.begin() + static_cast<std::ptrdiff_t>(f.offset + i * f.type.size()));
+        }
+      }
+      for (const auto& [name, v] : j.items())
+        if (std::none_of(dtype.fields().begin(), dtype.fields().end(), [&](const StructField& f) { return f.name == name; }))
+          bad(key, "fill_value", "'" + name + "' is not a field of the struct");
+      break;
+    }
   }
   return out;
 }
@@ -230,6 +382,34 @@ json fill_value_to_json(const FillValue& fill, DataType dtype) {
     case K::float16:
     case K::float32:
     case K::float64: return float_to_json(f.data(), dtype.size());
+    case K::bytes: return detail::base64_encode(f);
+    case K::unicode: {
+      std::u32string text(dtype.length(), U'\0');
+      std::memcpy(text.data(), f.data(), f.size());
+      while (!text.empty() && text.back() == U'\0') text.pop_back();
+      auto utf8 = detail::utf8_encode(text);
+      if (!utf8) throw InvalidArgument("", "fill_value", "the fill value is not valid Unicode");
+      return *utf8;
+    }
+    case K::structured: {
+      json out = json::object();
+      for (const auto& fld : dtype.fields()) {
+        const std::size_t n = fld.size() / fld.type.size();
+        auto one = [&](std::size_t i) {
+          return fill_value_to_json(Bytes(f.begin() + static_cast<std::ptrdiff_t>(fld.offset + i * fld.type.size()),
+                                          f.begin() + static_cast<std::ptrdiff_t>(fld.offset + (i + 1) * fld.type.size())),
+                                    fld.type);
+        };
+        if (fld.shape.empty()) {
+          out[fld.name] = one(0);
+        } else {
+          json flat = json::array();
+          for (std::size_t i = 0; i < n; ++i) flat.push_back(one(i));
+          out[fld.name] = flat;
+        }
+      }
+      return out;
+    }
     case K::complex64:
     case K::complex128: {
       const std::size_t half = dtype.swap_unit();
@@ -284,6 +464,79 @@ ChunkKeyEncoding ChunkKeyEncoding::from_json(const json& j, const std::string& k
   return e;
 }
 
+// ---- data types ------------------------------------------------------------
+
+json data_type_to_json(DataType dtype) {
+  switch (dtype.kind()) {
+    case DataTypeKind::bytes:
+      return {{"name", "null_terminated_bytes"}, {"configuration", {{"length_bytes", dtype.size()}}}};
+    case DataTypeKind::unicode:
+      return {{"name", "fixed_length_utf32"}, {"configuration", {{"length_bytes", dtype.size()}}}};
+    case DataTypeKind::structured: {
+      json fields = json::array();
+      for (const auto& f : dtype.fields()) {
+        if (!f.shape.empty())
+          throw UnsupportedError("", "data_type", "struct field '" + f.name +
+                                                      "' is a subarray: Zarr v3 struct fields are scalars (use Zarr v2)");
+        fields.push_back({{"name", f.name}, {"data_type", data_type_to_json(f.type)}});
+      }
+      return {{"name", "struct"}, {"configuration", {{"fields", fields}}}};
+    }
+    default: return std::string(dtype.name());
+  }
+}
+
+DataType parse_data_type(const json& j, const std::string& key, const std::string& field) {
+  if (j.is_string()) {
+    const auto parsed = DataType::from_name(j.get<std::string>());
+    if (!parsed) throw UnsupportedError(key, field, "unsupported data type '" + j.get<std::string>() + "'");
+    return *parsed;
+  }
+  if (!j.is_object() || !j.contains("name") || !j["name"].is_string())
+    throw UnsupportedError(key, field, "unsupported data type " + j.dump());
+  const std::string name = j["name"].get<std::string>();
+  const json config = j.value("configuration", json::object());
+  if (!config.is_object()) bad(key, field + ".configuration", "expected an object");
+  const auto length_bytes = [&](std::size_t unit) {
+    const auto it = config.find("length_bytes");
+    if (it == config.end() || !it->is_number_unsigned() || it->get<std::uint64_t>() == 0 ||
+        it->get<std::uint64_t>() % unit != 0 || it->get<std::uint64_t>() >= (std::uint64_t{1} << 31))
+      bad(key, field + ".configuration.length_bytes",
+          name + ": expected a positive integer" + (unit > 1 ? " divisible by " + std::to_string(unit) : "") +
+              ", got " + (it == config.end() ? "nothing" : it->dump()));
+    return it->get<std::size_t>();
+  };
+  if (name == "null_terminated_bytes") return DataType::fixed_bytes(length_bytes(1));
+  if (name == "fixed_length_utf32") return DataType::fixed_unicode(length_bytes(4) / 4);
+  if (name == "struct" || name == "structured") {
+    const auto it = config.find("fields");
+    if (it == config.end() || !it->is_array() || it->empty())
+      bad(key, field + ".configuration.fields", "expected a non-empty array of fields");
+    std::vector<StructField> fields;
+    for (std::size_t i = 0; i < it->size(); ++i) {
+      const json& f = (*it)[i];
+      const std::string at = field + ".configuration.fields[" + std::to_string(i) + "]";
+      StructField sf;
+      if (f.is_object() && f.contains("name") && f["name"].is_string() && f.contains("data_type")) {
+        sf.name = f["name"].get<std::string>();
+        sf.type = parse_data_type(f["data_type"], key, at + ".data_type");
+      } else if (f.is_array() && f.size() == 2 && f[0].is_string()) {  // legacy "structured": [name, type]
+        sf.name = f[0].get<std::string>();
+        sf.type = parse_data_type(f[1], key, at + "[1]");
+      } else {
+        bad(key, at, "expected {\"name\": ..., \"data_type\": ...}, got " + f.dump());
+      }
+      fields.push_back(std::move(sf));
+    }
+    try {
+      return DataType::structured(std::move(fields));
+    } catch (const InvalidArgument& e) {
+      bad(key, field + ".configuration.fields", e.detail());
+    }
+  }
+  throw UnsupportedError(key, field, "unsupported data type \"" + name + "\"");
+}
+
 // ---- array metadata --------------------------------------------------------
 
 std::vector<std::uint64_t> ArrayMetadata::grid_shape() const {
@@ -305,6 +558,39 @@ void ArrayMetadata::validate(const std::string& key) const {
   if (dimension_names && dimension_names->size() != shape.size())
     bad(key, "dimension_names", "length does not match the rank of shape");
   if (!codecs.is_array()) bad(key, "codecs", "expected an array");
+  if (zarr_format == 2) {
+    validate_v2(key);
+    return;
+  }
+  if (zarr_format != 3) bad(key, "zarr_format", "expected 2 or 3, got " + std::to_string(zarr_format));
+  // Parametrized data types must have a v3 form.
+  try {
+    (void)data_type_to_json(data_type);
+  } catch (const Error& e) {
+    throw_error(e.code(), key, e.field(), e.detail());
+  }
+  // One bytes codec cannot store struct fields of different byte orders
+  // (shared/cases B01): refuse rather than guess.
+  const unsigned declared = data_type.declared_byte_orders();
+  if (declared == 3)
+    throw UnsupportedError(key, "data_type",
+                           "struct fields declare different byte orders (" + data_type.describe() +
+                               "); a Zarr v3 array has one bytes codec endian: store it as Zarr v2");
+  for (std::size_t i = 0; i < codecs.size(); ++i) {
+    const json& c = codecs[i];
+    const std::string name = c.is_object() ? c.value("name", "") : c.is_string() ? c.get<std::string>() : "";
+    if (name == "zlib" || name == "lz4")
+      throw UnsupportedError(key, "codecs[" + std::to_string(i) + "]",
+                             "unsupported codec '" + name + "' (a Zarr v2 compressor, not a Zarr v3 codec)");
+    if (name == "bytes" && declared != 0 && c.is_object() && c.contains("configuration")) {
+      const json endian = c["configuration"].value("endian", json());
+      const std::string want = declared == 1 ? "little" : "big";
+      if (endian.is_string() && endian != want)
+        bad(key, "codecs[" + std::to_string(i) + "].configuration.endian",
+            "the struct fields declare " + want + "-endian values (" + data_type.describe() + ") but the bytes codec says " +
+                endian.dump());
+    }
+  }
 }
 
 ArrayMetadata ArrayMetadata::from_json(const json& j, const std::string& key) {
@@ -319,15 +605,7 @@ ArrayMetadata ArrayMetadata::from_json(const json& j, const std::string& key) {
   ArrayMetadata m;
   m.shape = parse_shape(j["shape"], key, "shape");
 
-  const auto& dt = j["data_type"];
-  if (!dt.is_string()) {
-    const std::string name = dt.is_object() && dt.contains("name") ? dt["name"].dump() : dt.dump();
-    throw UnsupportedError(key, "data_type", "unsupported data type " + name);
-  }
-  const auto parsed = DataType::from_name(dt.get<std::string>());
-  if (!parsed)
-    throw UnsupportedError(key, "data_type", "unsupported data type '" + dt.get<std::string>() + "'");
-  m.data_type = *parsed;
+  m.data_type = parse_data_type(j["data_type"], key);
 
   const auto& grid = j["chunk_grid"];
   if (!grid.is_object() || grid.value("name", "") != "regular") {
@@ -383,7 +661,7 @@ json ArrayMetadata::to_json() const {
       {"zarr_format", 3},
       {"node_type", "array"},
       {"shape", shape},
-      {"data_type", std::string(data_type.name())},
+      {"data_type", data_type_to_json(data_type)},
       {"chunk_grid", {{"name", "regular"}, {"configuration", {{"chunk_shape", chunk_shape}}}}},
       {"chunk_key_encoding", chunk_key_encoding.to_json()},
       {"fill_value", fill_value_to_json(fill_value, data_type)},

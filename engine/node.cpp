@@ -1,4 +1,5 @@
-// Node metadata documents in a store (Zarr v3 core spec, "Storage"; v2 spec).
+// Node metadata documents in a store (Zarr v3 core spec, "Storage"; Zarr v2
+// spec, "Metadata", "Attributes", "Groups").
 #include "engine/node.hpp"
 
 #include <zarrcoro/error.hpp>
@@ -21,21 +22,78 @@ Bytes json_bytes(const nlohmann::json& j) {
   return Bytes(p, p + text.size());
 }
 
+nlohmann::json parse_doc(const Bytes& doc, const std::string& key) {
+  return parse_json({reinterpret_cast<const char*>(doc.data()), doc.size()}, key);
+}
+
+awaitable<nlohmann::json> load_zattrs(Store& store, const std::string& path) {
+  const std::string key = node_prefix(path) + ".zattrs";
+  auto doc = co_await store.get(key);
+  if (!doc) co_return nlohmann::json();
+  auto j = parse_doc(*doc, key);
+  if (!j.is_object()) throw InvalidMetadata(key, "", "expected a JSON object of attributes");
+  co_return j;
+}
+
+awaitable<void> store_zattrs(Store& store, const std::string& path, const nlohmann::json& attributes) {
+  const std::string key = node_prefix(path) + ".zattrs";
+  if (attributes.empty()) {
+    co_await store.erase(key);  // absent means {}
+    co_return;
+  }
+  Bytes doc;
+  try {
+    doc = json_bytes(attributes);
+  } catch (const Error& e) {
+    throw_error(e.code(), key, e.field(), e.detail());
+  }
+  co_await store.set(key, std::move(doc));
+}
+
+awaitable<void> create_v2_parents(Store& store, const std::string& path) {
+  const nlohmann::json zgroup = {{"zarr_format", 2}};
+  for (auto slash = path.rfind('/'); slash != std::string::npos && slash > 0; slash = path.rfind('/', slash - 1)) {
+    const std::string parent = path.substr(0, slash) + "/";
+    if (!(co_await store.exists(parent + ".zgroup")) && !(co_await store.exists(parent + ".zarray")) &&
+        !(co_await store.exists(parent + "zarr.json")))
+      co_await store.set(parent + ".zgroup", json_bytes(zgroup));
+  }
+  if (!path.empty() && !(co_await store.exists(".zgroup")) && !(co_await store.exists(".zarray")) &&
+      !(co_await store.exists("zarr.json")))
+    co_await store.set(".zgroup", json_bytes(zgroup));
+}
+
 awaitable<ArrayMetadata> load_array_metadata(Store& store, std::string path) {
   const std::string key = array_metadata_key(path, 3);
-  auto doc = co_await store.get(key);
-  if (!doc) throw NotFound(key, "", "no array metadata at '" + key + "'");
-  const auto j = parse_json({reinterpret_cast<const char*>(doc->data()), doc->size()}, key);
-  co_return ArrayMetadata::from_json(j, key);
+  if (auto doc = co_await store.get(key)) co_return ArrayMetadata::from_json(parse_doc(*doc, key), key);
+  const std::string v2_key = array_metadata_key(path, 2);
+  auto v2_doc = co_await store.get(v2_key);
+  if (!v2_doc) throw NotFound(key, "", "no array metadata at '" + key + "' (nor a Zarr v2 '" + v2_key + "')");
+  const auto zarray = parse_doc(*v2_doc, v2_key);
+  const auto zattrs = co_await load_zattrs(store, path);
+  co_return ArrayMetadata::from_v2_json(zarray, zattrs, v2_key);
 }
 
 awaitable<void> store_array_metadata(Store& store, std::string path, ArrayMetadata metadata) {
-  if (metadata.zarr_format != 3)
-    throw UnsupportedError(array_metadata_key(path, metadata.zarr_format), "zarr_format",
-                           "writing Zarr v2 is not supported yet");
+  if (metadata.zarr_format == 2) {
+    const std::string key = array_metadata_key(path, 2);
+    Bytes zarray = json_bytes(metadata.to_v2_json(key));
+    try {
+      (void)dump_json(metadata.attributes);  // strict JSON, checked before anything is written
+    } catch (const Error& e) {
+      throw_error(e.code(), node_prefix(path) + ".zattrs", e.field(), e.detail());
+    }
+    co_await create_v2_parents(store, path);
+    co_await store_zattrs(store, path, metadata.attributes);
+    co_await store.set(key, std::move(zarray));
+    co_return;
+  }
   co_await store.set(array_metadata_key(path, 3), json_bytes(metadata.to_json()));
 }
 
-nlohmann::json pipeline_codecs(const ArrayMetadata& metadata) { return metadata.codecs; }
+nlohmann::json pipeline_codecs(const ArrayMetadata& metadata) {
+  if (metadata.zarr_format == 2) return metadata.v2_codecs();
+  return metadata.codecs;
+}
 
 }  // namespace zarrcoro::detail

@@ -14,14 +14,27 @@ std::string node_prefix(const std::string& path);
 // The key of an array's metadata document in its format.
 std::string array_metadata_key(const std::string& path, int zarr_format);
 
-// Loads an array's metadata. Raises NotFound naming the v3 key if there is
-// none, InvalidMetadata / UnsupportedError naming key and field otherwise.
+// Loads an array's metadata: v3 `zarr.json` first, else v2 `.zarray` (with
+// `.zattrs`). Raises NotFound naming the v3 key if there is neither,
+// InvalidMetadata / UnsupportedError naming key and field otherwise.
 awaitable<ArrayMetadata> load_array_metadata(Store& store, std::string path);
-// Writes an array's metadata document(s) in metadata.zarr_format.
+// Writes an array's metadata document(s) in metadata.zarr_format. v2:
+// `.zarray`, `.zattrs` (erased when there are no attributes), and a
+// `.zgroup` at every ancestor that holds no node yet (v2 spec, "Groups").
 awaitable<void> store_array_metadata(Store& store, std::string path, ArrayMetadata metadata);
 
-// The v3 codec list the codec pipeline is built from.
+// The v3-style codec list the codec pipeline is built from (v2: translated
+// from the dtype, order, filters and compressor).
 nlohmann::json pipeline_codecs(const ArrayMetadata& metadata);
+
+// v2 helpers shared with groups.
+nlohmann::json parse_doc(const Bytes& doc, const std::string& key);
+// The `.zattrs` object of the node at `path`, or null when absent.
+awaitable<nlohmann::json> load_zattrs(Store& store, const std::string& path);
+awaitable<void> store_zattrs(Store& store, const std::string& path, const nlohmann::json& attributes);
+// Writes {"zarr_format": 2} as `.zgroup` at each ancestor of `path` (and
+// the root) that holds no `.zgroup`, `.zarray` or `zarr.json`.
+awaitable<void> create_v2_parents(Store& store, const std::string& path);
 
 Bytes json_bytes(const nlohmann::json& j);  // strict JSON text (dump_json) as bytes
 

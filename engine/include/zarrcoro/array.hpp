@@ -110,27 +110,32 @@ class Array {
   std::shared_ptr<const State> state_;
 };
 
-// Groups (Zarr v3 core spec, "Group metadata").
+// Groups (Zarr v3 core spec, "Group metadata"; Zarr v2 `.zgroup` + `.zattrs`).
 class Group {
  public:
   Group() = default;  // an empty handle, to be assigned from open() or create()
 
+  // Opens v3 `zarr.json`, else v2 `.zgroup` (attributes from `.zattrs`).
   // Raises NotFound / InvalidMetadata like Array::open.
   static awaitable<Group> open(Runtime& rt, std::shared_ptr<Store> store, std::string path);
+  // zarr_format 2 writes `.zgroup`, `.zattrs` (when there are attributes)
+  // and a `.zgroup` at each ancestor holding no node yet (v2 spec, "Groups").
   static awaitable<Group> create(Runtime& rt, std::shared_ptr<Store> store, std::string path,
-                                 nlohmann::json attributes = nlohmann::json::object());
+                                 nlohmann::json attributes = nlohmann::json::object(), int zarr_format = 3);
   static Group open_blocking(Runtime& rt, std::shared_ptr<Store> store, std::string path);
   static Group create_blocking(Runtime& rt, std::shared_ptr<Store> store, std::string path,
-                               nlohmann::json attributes = nlohmann::json::object());
+                               nlohmann::json attributes = nlohmann::json::object(), int zarr_format = 3);
 
   const std::string& path() const { return path_; }
   const nlohmann::json& attributes() const { return attributes_; }
-  int zarr_format() const { return 3; }
+  int zarr_format() const { return zarr_format_; }
 
  private:
-  Group(std::string path, nlohmann::json attrs) : path_(std::move(path)), attributes_(std::move(attrs)) {}
+  Group(std::string path, nlohmann::json attrs, int zarr_format)
+      : path_(std::move(path)), attributes_(std::move(attrs)), zarr_format_(zarr_format) {}
   std::string path_;
   nlohmann::json attributes_;
+  int zarr_format_ = 3;
 };
 
 }  // namespace zarrcoro

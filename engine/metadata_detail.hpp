@@ -1,0 +1,30 @@
+// Helpers shared by the v3 and v2 metadata code (engine internal).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <zarrcoro/bytes.hpp>
+
+namespace zarrcoro::detail {
+
+// RFC 4648 standard alphabet with padding.
+std::string base64_encode(ByteSpan data);
+// Accepts padded or unpadded input; nullopt if it is not base64.
+std::optional<Bytes> base64_decode(std::string_view text);
+
+// UTF-8 <-> code points; nullopt for invalid input (bad sequences,
+// surrogates, code points above U+10FFFF).
+std::optional<std::u32string> utf8_decode(std::string_view text);
+std::optional<std::string> utf8_encode(std::u32string_view text);
+
+// Parses a list of non-negative integers; InvalidMetadata(key, field).
+std::vector<std::uint64_t> parse_shape(const nlohmann::json& j, const std::string& key,
+                                       const std::string& field);
+
+}  // namespace zarrcoro::detail
