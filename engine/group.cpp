@@ -51,6 +51,7 @@ awaitable<Group> Group::open(Runtime&, std::shared_ptr<Store> store, std::string
 awaitable<Group> Group::create(Runtime&, std::shared_ptr<Store> store, std::string path,
                                nlohmann::json attributes, int zarr_format) {
   const std::string key = zarr_format == 2 ? detail::node_prefix(path) + ".zgroup" : group_key(path);
+  if (attributes.is_null()) attributes = nlohmann::json::object();  // `{}` as an argument is null
   if (!attributes.is_object()) throw InvalidArgument(key, "attributes", "expected a JSON object");
   if (zarr_format != 2 && zarr_format != 3)
     throw InvalidArgument(key, "zarr_format", "expected 2 or 3, got " + std::to_string(zarr_format));

@@ -357,8 +357,21 @@ json ArrayMetadata::v2_codecs(const std::string& key) const {
   return chain(info, t.type, t.order, rank(), key);
 }
 
+namespace {
+// A codec object as written: members holding a default that strict readers
+// refuse are left out (zstd `checksum: false`; shared/cases B25).
+json written_codec(json c) {
+  if (c.is_object() && c.value("id", "") == "zstd" && c.contains("checksum") && c["checksum"] == false)
+    c.erase("checksum");
+  return c;
+}
+}  // namespace
+
 json ArrayMetadata::to_v2_json(const std::string& key) const {
-  const V2Info info = v2_info(key);
+  V2Info info = v2_info(key);
+  info.compressor = written_codec(info.compressor);
+  if (info.filters.is_array())
+    for (auto& f : info.filters) f = written_codec(f);
   json j{{"zarr_format", 2},
          {"shape", shape},
          {"chunks", chunk_shape},
