@@ -1,6 +1,7 @@
 // The engine: scheduling invariants, read/write semantics, concurrency, and
 // the regression cases of shared/cases that concern reads and writes.
 #include <bit>
+#include <filesystem>
 #include <cstring>
 #include <future>
 #include <numeric>
@@ -17,6 +18,7 @@
 #include <zarrcoro/error.hpp>
 #include <zarrcoro/runtime.hpp>
 #include <zarrcoro/store/counting.hpp>
+#include <zarrcoro/store/filesystem.hpp>
 #include <zarrcoro/store/memory.hpp>
 
 #include "support.hpp"
@@ -414,4 +416,25 @@ TEST_CASE("groups and reopened arrays keep their metadata", "[engine]") {
   CHECK(Region::parse("0:2", {3}).stop == std::vector<std::uint64_t>{2});
   CHECK(Region::parse(":,1", {3, 4}).start == std::vector<std::uint64_t>{0, 1});
   CHECK_THROWS_AS(Region::parse("0:9", {3}), InvalidArgument);
+}
+
+TEST_CASE("a write of thousands of chunks to the filesystem store completes (no io_uring stall)",
+          "[engine][regression]") {
+  // Regression: set/erase were not bounded by max_inflight_requests; 4096
+  // concurrent file writes completing at once stalled Boost 1.81's io_uring
+  // service and the call never returned.
+  Runtime rt({.codec_threads = 2});
+  const auto dir = std::filesystem::temp_directory_path() / ("zarrcoro-many-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  auto store = std::make_shared<FilesystemStore>(rt.io_executor(), dir);
+  auto a = Array::create_blocking(
+      rt, store, "",
+      make_meta({4096 * 16}, {16}, DataTypeKind::int32, codecs_json(R"([{"name":"bytes","configuration":{"endian":"little"}}])")));
+  const auto data = iota_vec(4096 * 16);
+  a.write_blocking(Region::all(a.shape()), as_bytes(data));
+  std::vector<std::int32_t> back(data.size());
+  a.read_blocking(Region::all(a.shape()), as_writable(back));
+  CHECK(back == data);
+  CHECK(keys(rt, store, "c/").size() == 4096);
+  std::filesystem::remove_all(dir);
 }

@@ -43,7 +43,10 @@ enum class Dispatch : std::uint8_t {
 struct RuntimeOptions {
   unsigned io_threads = 1;     // threads running the owned io_context
   unsigned codec_threads = 0;  // codec pool size; 0 = std::thread::hardware_concurrency()
-  std::size_t max_inflight_requests = 64;              // concurrent store requests
+  // Concurrent store requests (gets, sets, erases). Keep it at most 128 with
+  // the filesystem store on io_uring: Boost 1.81 stalls when more file
+  // operations than that complete at once.
+  std::size_t max_inflight_requests = 64;
   std::size_t max_inflight_bytes = std::size_t{256} << 20;  // decoded-chunk memory budget
   std::size_t batch_chunks = 16;                       // chunks per pool submission
   std::size_t batch_bytes = std::size_t{64} << 20;     // decoded bytes per pool submission
