@@ -134,12 +134,16 @@ namespace {
 // makes at most ceil(N / batch_chunks) submissions when nothing waits).
 class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
  public:
-  using Strand = asio::strand<asio::io_context::executor_type>;
+  // The op's state is touched only from this executor: the io_context's own
+  // executor when one thread runs it (handlers are serialized already, and it
+  // is much cheaper to copy), a strand otherwise.
+  using Strand = asio::any_io_executor;
 
   ChunkOp(std::shared_ptr<const Array::State> st, std::vector<ChunkPart> parts)
       : st_(std::move(st)),
         engine_(st_->rt->engine()),
-        strand_(asio::make_strand(st_->rt->io_context())),
+        strand_(st_->rt->serialized_io() ? Strand(st_->rt->io_executor())
+                                         : Strand(asio::make_strand(st_->rt->io_context()))),
         parts_(std::move(parts)),
         batch_chunks_(std::max<std::size_t>(1, st_->rt->options().batch_chunks)) {}
   virtual ~ChunkOp() = default;

@@ -109,6 +109,7 @@ const RuntimeOptions& Runtime::options() const { return impl_->options; }
 unsigned Runtime::codec_threads() const { return impl_->threads; }
 bool Runtime::on_io_thread() const { return impl_->io->get_executor().running_in_this_thread(); }
 bool Runtime::on_codec_thread() const { return impl_->pool.get_executor().running_in_this_thread(); }
+bool Runtime::serialized_io() const { return impl_->owned_io && impl_->io_threads.size() == 1; }
 detail::EngineState& Runtime::engine() { return impl_->engine; }
 
 RuntimeStats Runtime::stats() const {

@@ -96,6 +96,9 @@ class Runtime {
   bool on_io_thread() const;
   // True on one of the codec pool's threads.
   bool on_codec_thread() const;
+  // True if exactly one thread runs the io_context (an owned one with
+  // io_threads == 1), so its handlers never run concurrently.
+  bool serialized_io() const;
 
   RuntimeStats stats() const;
   void reset_stats();
