@@ -62,7 +62,7 @@ awaitable<Group> Group::create(Runtime&, std::shared_ptr<Store> store, std::stri
     doc["node_type"] = "group";
     doc["attributes"] = attributes;
   }
-  Bytes bytes = detail::json_bytes(doc);
+  Bytes bytes = zarr_format == 2 ? detail::v2_json_bytes(doc) : detail::json_bytes(doc);
   if (zarr_format == 2) {
     co_await detail::create_v2_parents(*store, path);
     co_await detail::store_zattrs(*store, path, attributes);

@@ -676,9 +676,9 @@ json ArrayMetadata::to_json() const {
   return j;
 }
 
-std::string dump_json(const json& j) {
+std::string dump_json(const json& j, bool ascii) {
   check_finite(j, "attributes");
-  return j.dump(2);
+  return j.dump(2, ' ', ascii);
 }
 
 json parse_json(std::string_view text, const std::string& key) {

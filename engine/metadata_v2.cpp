@@ -184,8 +184,14 @@ json chain(const V2Info& info, DataType dt, ByteOrder order, std::size_t rank, c
     for (std::size_t i = rank; i-- > 0;) axes.push_back(i);
     codecs.push_back({{"name", "transpose"}, {"configuration", {{"order", axes}}}});
   }
+  // Structured fields read from a v2 dtype carry their own orders; the
+  // codec's endian names them when uniform, and covers fields without one.
+  if (dt.is_structured() && order == ByteOrder::unspecified) {
+    const unsigned declared = dt.declared_byte_orders();
+    order = declared == 1 ? ByteOrder::little : declared == 2 ? ByteOrder::big : ByteOrder::unspecified;
+  }
   json bytes{{"name", "bytes"}};
-  if (!dt.is_structured() && dt.swap_unit() > 1)
+  if (dt.is_structured() ? order != ByteOrder::unspecified : dt.swap_unit() > 1)
     bytes["configuration"] = {{"endian", order == ByteOrder::big ? "big" : "little"}};
   codecs.push_back(bytes);
   if (info.filters.is_array())
@@ -354,7 +360,14 @@ V2Info ArrayMetadata::v2_info(const std::string& key) const {
 json ArrayMetadata::v2_codecs(const std::string& key) const {
   const V2Info info = v2_info(key);
   const V2DataType t = parse_v2_dtype(info.dtype, key);
-  return chain(info, t.type, t.order, rank(), key);
+  ByteOrder order = t.order;
+  if (!v2 && data_type.is_structured())  // derived: fields without an order use the bytes codec's
+    for (const auto& c : codecs)
+      if (c.is_object() && c.value("name", "") == "bytes") {
+        const json endian = c.value("configuration", json::object()).value("endian", json());
+        order = endian == "big" ? ByteOrder::big : endian == "little" ? ByteOrder::little : order;
+      }
+  return chain(info, data_type, order, rank(), key);
 }
 
 namespace {

@@ -22,6 +22,12 @@ Bytes json_bytes(const nlohmann::json& j) {
   return Bytes(p, p + text.size());
 }
 
+Bytes v2_json_bytes(const nlohmann::json& j) {
+  const std::string text = dump_json(j, true);
+  const auto* p = reinterpret_cast<const std::byte*>(text.data());
+  return Bytes(p, p + text.size());
+}
+
 nlohmann::json parse_doc(const Bytes& doc, const std::string& key) {
   return parse_json({reinterpret_cast<const char*>(doc.data()), doc.size()}, key);
 }
@@ -43,7 +49,7 @@ awaitable<void> store_zattrs(Store& store, const std::string& path, const nlohma
   }
   Bytes doc;
   try {
-    doc = json_bytes(attributes);
+    doc = v2_json_bytes(attributes);
   } catch (const Error& e) {
     throw_error(e.code(), key, e.field(), e.detail());
   }
@@ -56,11 +62,11 @@ awaitable<void> create_v2_parents(Store& store, const std::string& path) {
     const std::string parent = path.substr(0, slash) + "/";
     if (!(co_await store.exists(parent + ".zgroup")) && !(co_await store.exists(parent + ".zarray")) &&
         !(co_await store.exists(parent + "zarr.json")))
-      co_await store.set(parent + ".zgroup", json_bytes(zgroup));
+      co_await store.set(parent + ".zgroup", v2_json_bytes(zgroup));
   }
   if (!path.empty() && !(co_await store.exists(".zgroup")) && !(co_await store.exists(".zarray")) &&
       !(co_await store.exists("zarr.json")))
-    co_await store.set(".zgroup", json_bytes(zgroup));
+    co_await store.set(".zgroup", v2_json_bytes(zgroup));
 }
 
 awaitable<ArrayMetadata> load_array_metadata(Store& store, std::string path) {
@@ -77,7 +83,7 @@ awaitable<ArrayMetadata> load_array_metadata(Store& store, std::string path) {
 awaitable<void> store_array_metadata(Store& store, std::string path, ArrayMetadata metadata) {
   if (metadata.zarr_format == 2) {
     const std::string key = array_metadata_key(path, 2);
-    Bytes zarray = json_bytes(metadata.to_v2_json(key));
+    Bytes zarray = v2_json_bytes(metadata.to_v2_json(key));
     try {
       (void)dump_json(metadata.attributes);  // strict JSON, checked before anything is written
     } catch (const Error& e) {

@@ -36,6 +36,7 @@ awaitable<void> store_zattrs(Store& store, const std::string& path, const nlohma
 // the root) that holds no `.zgroup`, `.zarray` or `zarr.json`.
 awaitable<void> create_v2_parents(Store& store, const std::string& path);
 
-Bytes json_bytes(const nlohmann::json& j);  // strict JSON text (dump_json) as bytes
+Bytes json_bytes(const nlohmann::json& j);     // strict JSON text (dump_json) as bytes
+Bytes v2_json_bytes(const nlohmann::json& j);  // the same, ASCII only (zarr-python 2 reads ASCII)
 
 }  // namespace zarrcoro::detail

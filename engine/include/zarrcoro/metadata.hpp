@@ -146,7 +146,9 @@ struct ArrayMetadata {
 
 // Serializes metadata as strict RFC 8259 JSON (no NaN tokens), indented.
 // Raises InvalidArgument(field "attributes") if an attribute is non-finite.
-std::string dump_json(const nlohmann::json& j);
+// `ascii`: non-ASCII characters as \u escapes (zarr-python 2 reads v2
+// documents as ASCII).
+std::string dump_json(const nlohmann::json& j, bool ascii = false);
 // Parses a metadata document; accepts the bare NaN/Infinity/-Infinity tokens
 // that some writers emit. Raises InvalidMetadata(key, "") on a syntax error.
 nlohmann::json parse_json(std::string_view text, const std::string& key);
