@@ -1,13 +1,17 @@
-// zarrcoro: inspect, export and import Zarr v3 arrays in a local directory.
+// zarrcoro: inspect, export and import Zarr v3 and v2 arrays in a local
+// directory.
 //
 //   zarrcoro info PATH
 //   zarrcoro export PATH OUT.npy [--region 0:10,5:20]
-//   zarrcoro import IN.npy PATH [--chunks 100,100] [--codec zstd:3|gzip:5|none]
-//                   [--zarr-format 3] [--endian little|big] [--fill-value JSON]
+//   zarrcoro import IN.npy PATH [--chunks 100,100] [--zarr-format 3|2]
+//                   [--codec zstd:3|gzip:5|blosc:lz4:5:shuffle|zlib:1|lz4|none]
+//                   [--endian little|big] [--order C|F] [--separator /|.]
+//                   [--fill-value JSON]
 //
-// PATH is a directory holding a node at its root (zarr.json). Exit status 0 on
-// success; 2 on any error, reported as one line "zarrcoro: error: <message>"
-// on stderr. Logs go to stderr at warn level (-v: info).
+// PATH is a directory holding a node at its root: zarr.json (v3), or .zarray
+// / .zgroup (v2, attributes in .zattrs). Exit status 0 on success; 2 on any
+// error, reported as one line "zarrcoro: error: <message>" on stderr. Logs go
+// to stderr at warn level (-v: info).
 #include <algorithm>
 #include <charconv>
 #include <filesystem>
@@ -77,22 +81,33 @@ std::shared_ptr<FilesystemStore> open_dir(Runtime& rt, const fs::path& dir, bool
   return std::make_shared<FilesystemStore>(rt.io_executor(), dir);
 }
 
-// The parsed zarr.json at the root of `dir`, or a Failure saying what is there.
-nlohmann::json read_node(Runtime& rt, Store& store, const fs::path& dir) {
-  auto doc = at(dir, [&] { return wait(rt, store.get("zarr.json")); });
-  if (!doc) {
-    const bool v2 = fs::exists(dir / ".zarray") || fs::exists(dir / ".zgroup");
-    throw Failure(quoted(dir) + " holds no Zarr v3 node (no zarr.json)" +
-                  (v2 ? "; Zarr v2 input is not supported by this tool" : ""));
+// The parsed document under `key`, or null when absent.
+nlohmann::json read_doc(Runtime& rt, Store& store, const fs::path& dir, const std::string& key) {
+  auto doc = at(dir, [&] { return wait(rt, store.get(key)); });
+  if (!doc) return nullptr;
+  return at(dir, [&] { return parse_json({reinterpret_cast<const char*>(doc->data()), doc->size()}, key); });
+}
+
+// The node at the root of `dir`: its format and type, or a Failure saying what is there.
+struct Node {
+  int zarr_format;
+  std::string type;  // "array" or "group"
+};
+
+Node read_node(Runtime& rt, Store& store, const fs::path& dir) {
+  const auto j = read_doc(rt, store, dir, "zarr.json");
+  if (j.is_null()) {
+    if (at(dir, [&] { return wait(rt, store.exists(".zarray")); })) return {2, "array"};
+    if (at(dir, [&] { return wait(rt, store.exists(".zgroup")); })) return {2, "group"};
+    throw Failure(quoted(dir) + " holds no Zarr node (no zarr.json, .zarray or .zgroup)");
   }
-  auto j = at(dir, [&] { return parse_json({reinterpret_cast<const char*>(doc->data()), doc->size()}, "zarr.json"); });
   if (!j.is_object() || !j.contains("node_type") || !j["node_type"].is_string())
     throw Failure(quoted(dir) + ": invalid metadata: key 'zarr.json', field 'node_type': expected \"array\" or \"group\"");
-  return j;
+  return {3, j["node_type"].get<std::string>()};
 }
 
 Array open_array(Runtime& rt, const std::shared_ptr<FilesystemStore>& store, const fs::path& dir) {
-  const auto type = read_node(rt, *store, dir)["node_type"].get<std::string>();
+  const auto type = read_node(rt, *store, dir).type;
   if (type != "array") throw Failure(quoted(dir) + " is a " + type + ", not an array");
   return at(dir, [&] { return Array::open_blocking(rt, store, ""); });
 }
@@ -116,25 +131,120 @@ std::vector<std::uint64_t> parse_list(const std::string& text, const std::string
   }
 }
 
-// "zstd[:LEVEL]", "gzip[:LEVEL]" or "none" -> the bytes-to-bytes codec, if any.
-std::optional<nlohmann::json> parse_codec(const std::string& spec) {
-  const auto colon = spec.find(':');
-  const std::string name = spec.substr(0, colon);
-  const std::string level_text = colon == std::string::npos ? "" : spec.substr(colon + 1);
-  auto level = [&](int dflt, int lo, int hi) {
-    if (colon == std::string::npos) return dflt;
+constexpr const char* kCodecForms =
+    "zstd[:LEVEL], gzip[:LEVEL], blosc[:CNAME[:CLEVEL[:SHUFFLE]]], zlib[:LEVEL] (v2), lz4[:ACCELERATION] (v2) or none";
+
+// A --codec spec -> the bytes-to-bytes codec, if any. `typesize` is the
+// element size (blosc shuffles by it). blosc defaults to lz4:5:shuffle, as
+// zarr-python 2 does; SHUFFLE is noshuffle, shuffle or bitshuffle.
+std::optional<nlohmann::json> parse_codec(const std::string& spec, std::size_t typesize) {
+  std::vector<std::string> parts;
+  for (std::size_t pos = 0;;) {
+    const auto colon = spec.find(':', pos);
+    parts.push_back(spec.substr(pos, colon == std::string::npos ? std::string::npos : colon - pos));
+    if (colon == std::string::npos) break;
+    pos = colon + 1;
+  }
+  const std::string& name = parts[0];
+  auto number = [&](std::size_t i, const char* what, int dflt, int lo, int hi) {
+    if (i >= parts.size()) return dflt;
+    const std::string& t = parts[i];
     int v = 0;
-    auto [p, ec] = std::from_chars(level_text.data(), level_text.data() + level_text.size(), v);
-    if (ec != std::errc() || p != level_text.data() + level_text.size() || level_text.empty() || v < lo || v > hi)
-      throw Failure("--codec: bad " + name + " level '" + level_text + "' (expected an integer in " +
+    auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+    if (ec != std::errc() || p != t.data() + t.size() || t.empty() || v < lo || v > hi)
+      throw Failure("--codec: bad " + name + " " + what + " '" + t + "' (expected an integer in " +
                     std::to_string(lo) + ".." + std::to_string(hi) + ")");
     return v;
   };
-  if (name == "none" && colon == std::string::npos) return std::nullopt;
-  if (name == "zstd")
-    return nlohmann::json{{"name", "zstd"}, {"configuration", {{"level", level(3, -131072, 22)}, {"checksum", false}}}};
-  if (name == "gzip") return nlohmann::json{{"name", "gzip"}, {"configuration", {{"level", level(5, 0, 9)}}}};
-  throw Failure("--codec: unknown codec '" + spec + "' (expected zstd[:LEVEL], gzip[:LEVEL] or none)");
+  auto at_most = [&](std::size_t n) {
+    if (parts.size() > n) throw Failure("--codec: too many ':' parts in '" + spec + "' (expected " + kCodecForms + ")");
+  };
+  if (name == "none") {
+    at_most(1);
+    return std::nullopt;
+  }
+  if (name == "zstd") {
+    at_most(2);
+    return nlohmann::json{{"name", "zstd"}, {"configuration", {{"level", number(1, "level", 3, -131072, 22)}, {"checksum", false}}}};
+  }
+  if (name == "gzip" || name == "zlib") {
+    at_most(2);
+    return nlohmann::json{{"name", name}, {"configuration", {{"level", number(1, "level", name == "gzip" ? 5 : 1, 0, 9)}}}};
+  }
+  if (name == "lz4") {
+    at_most(2);
+    return nlohmann::json{{"name", "lz4"}, {"configuration", {{"acceleration", number(1, "acceleration", 1, 1, 65537)}}}};
+  }
+  if (name == "blosc") {
+    at_most(4);
+    const std::string cname = parts.size() > 1 ? parts[1] : "lz4";
+    static const char* cnames[] = {"lz4", "lz4hc", "blosclz", "zstd", "zlib", "snappy"};
+    if (std::find(std::begin(cnames), std::end(cnames), cname) == std::end(cnames))
+      throw Failure("--codec: unknown blosc compressor '" + cname + "' (expected lz4, lz4hc, blosclz, zstd or zlib)");
+    const std::string shuffle = parts.size() > 3 ? parts[3] : "shuffle";
+    if (shuffle != "noshuffle" && shuffle != "shuffle" && shuffle != "bitshuffle")
+      throw Failure("--codec: unknown blosc shuffle '" + shuffle + "' (expected noshuffle, shuffle or bitshuffle)");
+    return nlohmann::json{{"name", "blosc"},
+                          {"configuration",
+                           {{"cname", cname}, {"clevel", number(2, "clevel", 5, 0, 9)}, {"shuffle", shuffle},
+                            {"typesize", typesize}, {"blocksize", 0}}}};
+  }
+  throw Failure("--codec: unknown codec '" + spec + "' (expected " + kCodecForms + ")");
+}
+
+// `info` for a v2 array: the .zarray members, the v3 data type and codec
+// chain they mean (when this build supports them), and the .zattrs.
+ojson v2_array_info(Runtime& rt, Store& store, const fs::path& dir) {
+  const auto zarray = read_doc(rt, store, dir, ".zarray");
+  const auto zattrs = read_doc(rt, store, dir, ".zattrs");
+  std::optional<ArrayMetadata> m;
+  try {
+    m = ArrayMetadata::from_v2_json(zarray, zattrs, ".zarray");
+  } catch (const UnsupportedError&) {
+    // Described from the document alone (export says why it cannot read it).
+  } catch (const Error& e) {
+    throw Failure(quoted(dir) + ": " + e.what());
+  }
+  ojson out{{"zarr_format", 2}, {"node_type", "array"}, {"shape", ordered_json(zarray["shape"])}};
+  if (m) {
+    try {
+      out["data_type"] = ordered_json(data_type_to_json(m->data_type));
+    } catch (const Error&) {
+      out["data_type"] = m->data_type.describe();  // e.g. a struct with subarray fields
+    }
+  }
+  out["chunk_shape"] = ordered_json(zarray["chunks"]);
+  for (const char* k : {"dtype", "order", "dimension_separator", "compressor", "filters", "fill_value"})
+    if (zarray.contains(k)) out[k] = ordered_json(zarray[k]);
+  if (m) out["codecs"] = ordered_json(m->codecs);
+  out["attributes"] = ordered_json(zattrs.is_object() ? zattrs : nlohmann::json::object());
+  return out;
+}
+
+// `info` for a v2 group: attributes and the children holding a node.
+ojson v2_group_info(Runtime& rt, const std::shared_ptr<FilesystemStore>& store, const fs::path& dir,
+                    const std::vector<std::string>& subdirs) {
+  const Group g = at(dir, [&] { return Group::open_blocking(rt, store, ""); });
+  ojson children = ojson::array();
+  for (const auto& name : subdirs) {
+    std::string type;  // "" = not a node
+    if (fs::exists(dir / name / "zarr.json")) {
+      try {
+        const auto j = read_doc(rt, *store, dir, name + "/zarr.json");
+        type = j.is_object() && j.contains("node_type") && j["node_type"].is_string() ? j["node_type"].get<std::string>()
+                                                                                      : "invalid";
+      } catch (const Failure&) {
+        type = "invalid";  // unreadable metadata: listed, not fatal for the parent
+      }
+    } else if (fs::exists(dir / name / ".zarray")) {
+      type = "array";
+    } else if (fs::exists(dir / name / ".zgroup")) {
+      type = "group";
+    }
+    if (!type.empty()) children.push_back(ojson{{"name", name}, {"node_type", type}});
+  }
+  return ojson{{"zarr_format", 2}, {"node_type", "group"}, {"attributes", ordered_json(g.attributes())},
+               {"children", children}};
 }
 
 // ---- commands ----------------------------------------------------------
@@ -142,12 +252,13 @@ std::optional<nlohmann::json> parse_codec(const std::string& spec) {
 void cmd_info(const fs::path& dir) {
   Runtime rt;
   auto store = open_dir(rt, dir, true);
-  read_node(rt, *store, dir);  // this tool's own messages for a missing or untyped node
+  const Node node = read_node(rt, *store, dir);  // this tool's own messages for a missing or untyped node
   std::vector<std::string> subdirs;  // a group's candidate children
   for (const auto& e : fs::directory_iterator(dir))
     if (e.is_directory()) subdirs.push_back(e.path().filename().string());
   std::sort(subdirs.begin(), subdirs.end());
-  print(at(dir, [&] { return wait(rt, node_info(rt, store, "", subdirs)); }));
+  if (node.zarr_format == 2) print(node.type == "array" ? v2_array_info(rt, *store, dir) : v2_group_info(rt, store, dir, subdirs));
+  else print(at(dir, [&] { return wait(rt, node_info(rt, store, "", subdirs)); }));
 }
 
 void cmd_export(const fs::path& dir, const fs::path& out, const std::string& region) {
@@ -155,6 +266,8 @@ void cmd_export(const fs::path& dir, const fs::path& out, const std::string& reg
   auto store = open_dir(rt, dir, true);
   const Array a = open_array(rt, store, dir);
   const Region r = Region::parse(region, a.shape());
+  if (a.dtype().kind() > DataTypeKind::complex128)
+    throw Failure(quoted(dir) + ": data type " + a.dtype().describe() + " cannot be written as .npy by this tool yet");
   const NdArray data = at(dir, [&] { return a.read_blocking(r); });
   write_npy(out, data);
 }
@@ -162,18 +275,23 @@ void cmd_export(const fs::path& dir, const fs::path& out, const std::string& reg
 struct ImportOptions {
   std::string chunks;
   bool chunks_given = false;
-  std::string codec = "zstd:3";
+  std::string codec;  // default: zstd:3 (v3), blosc:lz4:5:shuffle (v2, as zarr-python 2)
   int zarr_format = 3;
   std::string endian = "little";
+  std::string order = "C";
+  std::string separator;  // default: "/" (v3), "." (v2)
   std::string fill_value;
 };
 
 void cmd_import(const fs::path& in, const fs::path& dir, const ImportOptions& o) {
-  if (o.zarr_format == 2) throw Failure("--zarr-format 2: v2 output is not supported yet");
-  const auto compressor = parse_codec(o.codec);
   NdArray data = read_npy(in);
+  const std::string codec = !o.codec.empty() ? o.codec : o.zarr_format == 2 ? "blosc:lz4:5:shuffle" : "zstd:3";
+  const auto compressor = parse_codec(codec, data.dtype.size());
 
   ArrayMetadata m;
+  m.zarr_format = o.zarr_format;
+  if (o.zarr_format == 2) m.chunk_key_encoding = {ChunkKeyEncoding::Kind::v2, '.'};
+  if (!o.separator.empty()) m.chunk_key_encoding.separator = o.separator[0];
   m.shape = data.shape;
   m.data_type = data.dtype;
   if (o.chunks_given) {
@@ -186,7 +304,13 @@ void cmd_import(const fs::path& in, const fs::path& dir, const ImportOptions& o)
   }
   nlohmann::json bytes{{"name", "bytes"}};
   if (data.dtype.size() > 1) bytes["configuration"] = {{"endian", o.endian}};
-  m.codecs = nlohmann::json::array({bytes});
+  m.codecs = nlohmann::json::array();
+  if (o.order == "F" && m.shape.size() > 1) {  // column-major chunks (v2: "order": "F")
+    nlohmann::json axes = nlohmann::json::array();
+    for (std::size_t d = m.shape.size(); d-- > 0;) axes.push_back(d);
+    m.codecs.push_back({{"name", "transpose"}, {"configuration", {{"order", axes}}}});
+  }
+  m.codecs.push_back(bytes);
   if (compressor) m.codecs.push_back(*compressor);
   if (!o.fill_value.empty()) {
     // JSON, or a bare word such as NaN taken as the JSON string "NaN".
@@ -220,7 +344,7 @@ int main(int argc, char** argv) {
   spdlog::set_default_logger(logger);
   spdlog::set_level(spdlog::level::warn);
 
-  CLI::App app{"zarrcoro: inspect, export and import Zarr v3 arrays"};
+  CLI::App app{"zarrcoro: inspect, export and import Zarr v3 and v2 arrays"};
   app.set_version_flag("--version", ZARRCORO_VERSION);
   app.require_subcommand(1);
   app.fallthrough();  // -v may follow the subcommand
@@ -231,24 +355,30 @@ int main(int argc, char** argv) {
   ImportOptions imp;
 
   auto* info = app.add_subcommand("info", "Print a JSON summary of the array or group at PATH");
-  info->add_option("PATH", path, "Directory holding zarr.json")->required();
+  info->add_option("PATH", path, "Directory holding zarr.json, .zarray or .zgroup")->required();
 
   auto* exp = app.add_subcommand("export", "Write (a region of) the array at PATH to a .npy file");
-  exp->add_option("PATH", path, "Directory holding the array's zarr.json")->required();
+  exp->add_option("PATH", path, "Directory holding the array's zarr.json or .zarray")->required();
   exp->add_option("OUT", npy, "The .npy file to write")->required();
   exp->add_option("--region", region, "Box to read, e.g. 0:10,5:20 (':' or empty = whole dimension)");
 
-  auto* imp_cmd = app.add_subcommand("import", "Create a Zarr v3 array at PATH from a .npy file");
+  auto* imp_cmd = app.add_subcommand("import", "Create a Zarr v3 or v2 array at PATH from a .npy file");
   imp_cmd->add_option("IN", npy, "The .npy file to read")->required();
   imp_cmd->add_option("PATH", path, "Directory to create (absent or empty)")->required();
   auto* chunks = imp_cmd->add_option("--chunks", imp.chunks, "Chunk shape, e.g. 100,100 (default: one chunk)");
-  imp_cmd->add_option("--codec", imp.codec, "zstd[:LEVEL], gzip[:LEVEL] or none")->capture_default_str();
+  imp_cmd->add_option("--codec", imp.codec,
+                      std::string(kCodecForms) + " (default: zstd:3; v2: blosc:lz4:5:shuffle)");
   imp_cmd->add_option("--zarr-format", imp.zarr_format, "Zarr format of the output")
       ->check(CLI::IsMember({2, 3}))
       ->capture_default_str();
-  imp_cmd->add_option("--endian", imp.endian, "Byte order of the bytes codec")
+  imp_cmd->add_option("--endian", imp.endian, "Stored byte order (v3 bytes codec; v2 dtype)")
       ->check(CLI::IsMember({"little", "big"}))
       ->capture_default_str();
+  imp_cmd->add_option("--order", imp.order, "Element order inside chunks (F: a transpose codec; v2 \"order\")")
+      ->check(CLI::IsMember({"C", "F"}))
+      ->capture_default_str();
+  imp_cmd->add_option("--separator", imp.separator, "Chunk key separator (default: / for v3, . for v2)")
+      ->check(CLI::IsMember({"/", "."}));
   imp_cmd->add_option("--fill-value", imp.fill_value, "Fill value as JSON, e.g. 0, -1.5, \"NaN\", [1, 0]");
 
   try {

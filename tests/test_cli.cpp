@@ -281,7 +281,10 @@ TEST_CASE("cli: bad input of any kind exits 2 with one line on stderr") {
   fails(dir, {"import", "a.npy", "b", "--fill-value", "1.5"}, "fill_value");
   fails(dir, {"import", "a.npy", "b", "--fill-value", "[1"}, "fill_value");
   fails(dir, {"import", "a.npy", "b", "--endian", "middle"}, "endian");
-  fails(dir, {"import", "a.npy", "b", "--zarr-format", "2"}, "v2 output is not supported yet");
+  fails(dir, {"import", "a.npy", "b", "--zarr-format", "2", "--codec", "blosc:lz5"}, "blosc compressor 'lz5'");
+  fails(dir, {"import", "a.npy", "b", "--codec", "blosc:lz4:5:byteshuffle"}, "byteshuffle");
+  fails(dir, {"import", "a.npy", "b", "--codec", "zstd:1:2"}, "too many");
+  fails(dir, {"import", "a.npy", "b", "--order", "X"}, "order");
   fails(dir, {"import", "a.npy", "b", "--zarr-format", "4"}, "zarr-format");
   fails(dir, {"import", "a.npy", "arr"}, "already exists");
   fails(dir, {"export", "g", "o.npy"}, "not an array");
@@ -330,4 +333,90 @@ TEST_CASE("cli: arrays written by zarrs export to the expected values") {
     REQUIRE(r.code == 0);
     CHECK(read_npy(dir / (name + ".npy")).data == expected.data);
   }
+}
+
+TEST_CASE("cli: Zarr v2 import, info and export round-trip exactly (every v2 compressor, C/F order, separators)") {
+  REQUIRE_CLI();
+  TempDir dir;
+  const NdArray a = make(DataTypeKind::int32, {13, 7}, 11);
+  write_npy(dir / "a.npy", a);
+  struct V2 {
+    std::vector<std::string> args;
+    nlohmann::json compressor;
+    std::string dtype, order;
+    bool slash;
+  };
+  const std::vector<V2> cases{
+      {{}, {{"id", "blosc"}, {"cname", "lz4"}, {"clevel", 5}, {"shuffle", 1}, {"blocksize", 0}}, "<i4", "C", false},
+      {{"--codec", "blosc:zstd:3:bitshuffle", "--endian", "big"},
+       {{"id", "blosc"}, {"cname", "zstd"}, {"clevel", 3}, {"shuffle", 2}, {"blocksize", 0}}, ">i4", "C", false},
+      {{"--codec", "zlib:3", "--order", "F"}, {{"id", "zlib"}, {"level", 3}}, "<i4", "F", false},
+      {{"--codec", "gzip:1", "--separator", "/"}, {{"id", "gzip"}, {"level", 1}}, "<i4", "C", true},
+      {{"--codec", "zstd:2", "--order", "F", "--separator", "/", "--endian", "big"}, {{"id", "zstd"}, {"level", 2}}, ">i4", "F", true},
+      {{"--codec", "lz4"}, {{"id", "lz4"}, {"acceleration", 1}}, "<i4", "C", false},
+      {{"--codec", "none"}, nullptr, "<i4", "C", false},
+  };
+  int n = 0;
+  for (const auto& c : cases) {
+    const std::string name = "v2_" + std::to_string(n++);
+    CAPTURE(name, joined(c.args));
+    std::vector<std::string> args{"import", "a.npy", name, "--zarr-format", "2", "--chunks", "5,3"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    ok(dir, args);
+    CHECK(fs::exists(dir / name / ".zarray"));
+    CHECK_FALSE(fs::exists(dir / name / "zarr.json"));
+    CHECK(fs::exists(dir / name / (c.slash ? "2/2" : "2.2")));  // the corner edge chunk
+    const auto zarray = nlohmann::json::parse(slurp(dir / name / ".zarray"));
+    CHECK(zarray["compressor"] == c.compressor);
+    CHECK(zarray["dtype"] == c.dtype);
+    CHECK(zarray["order"] == c.order);
+
+    const auto j = nlohmann::json::parse(ok(dir, {"info", name}).out);
+    CHECK(j["zarr_format"] == 2);
+    CHECK(j["node_type"] == "array");
+    CHECK(j["data_type"] == "int32");
+    CHECK(j["dtype"] == c.dtype);
+    CHECK(j["chunk_shape"] == std::vector<std::uint64_t>{5, 3});
+    CHECK(j["compressor"] == c.compressor);
+    CHECK(j["codecs"].is_array());
+
+    ok(dir, {"export", name, name + ".npy"});
+    CHECK(test::read_file(dir / (name + ".npy")) == test::read_file(dir / "a.npy"));
+    ok(dir, {"export", name, name + ".r.npy", "--region", "4:11,2:3"});
+    CHECK(test::read_file(dir / (name + ".r.npy")) == encode_npy(slice(a, Region::parse("4:11,2:3", a.shape))));
+  }
+  // v3 rejects the v2-only compressors with the engine's message.
+  fails(dir, {"import", "a.npy", "v3_zlib", "--codec", "zlib"}, "unsupported codec 'zlib'");
+}
+
+TEST_CASE("cli: info and export read zarr-python 2 data (arrays, groups, unsupported codecs)") {
+  REQUIRE_CLI();
+  ZARRCORO_REQUIRE_SHARED(shared);
+  const fs::path fixture = shared / "fixtures/zarr-python-v2/fixture";
+  TempDir dir;
+  // fixture/<i>/3: blosc zstd noshuffle; 2: bz2 (unsupported: described, not exported).
+  const auto j = nlohmann::json::parse(ok(dir, {"info", (fixture / "18/3").string()}).out);
+  CHECK(j["zarr_format"] == 2);
+  CHECK(j["dtype"] == "<i4");
+  CHECK(j["compressor"]["id"] == "blosc");
+  CHECK(j["codecs"].back()["name"] == "blosc");
+  ok(dir, {"export", (fixture / "18/3").string(), "18.npy"});
+  CHECK(read_npy(dir / "18.npy").data == read_npy(shared / "fixtures/zarr-python-v2/expected/array_18.npy").data);
+
+  const auto bz2 = nlohmann::json::parse(ok(dir, {"info", (fixture / "18/2").string()}).out);
+  CHECK(bz2["compressor"]["id"] == "bz2");
+  CHECK_FALSE(bz2.contains("codecs"));
+  fails(dir, {"export", (fixture / "18/2").string(), "bz2.npy"}, "unsupported codec 'bz2'");
+
+  const auto g = nlohmann::json::parse(ok(dir, {"info", (fixture / "utf8attrs").string()}).out);
+  CHECK(g["zarr_format"] == 2);
+  CHECK(g["node_type"] == "group");
+  CHECK(g["attributes"] == nlohmann::json{{"foo", "\u305f"}});
+  const auto top = nlohmann::json::parse(ok(dir, {"info", (fixture / "18").string()}).out);
+  CHECK(top["node_type"] == "group");
+  CHECK(top["children"].size() == 7);
+  CHECK(top["children"][0] == nlohmann::json{{"name", "0"}, {"node_type", "array"}});
+
+  // Strings export is refused with a clear message (the .npy writer has numeric types only).
+  fails(dir, {"export", (fixture / "15/0").string(), "u.npy"}, "U4");
 }
