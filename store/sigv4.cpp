@@ -86,13 +86,18 @@ Digest hmac_sha256(std::span<const unsigned char> key, std::string_view data) {
   return d;
 }
 
-std::string md5_base64(ByteSpan data) {
-  unsigned char d[16];
+std::array<unsigned char, 16> md5(ByteSpan data) {
+  std::array<unsigned char, 16> d{};
   unsigned int n = 0;
-  if (EVP_Digest(data.data(), data.size(), d, &n, EVP_md5(), nullptr) != 1 || n != 16)
+  if (EVP_Digest(data.data(), data.size(), d.data(), &n, EVP_md5(), nullptr) != 1 || n != 16)
     throw std::runtime_error("sigv4: MD5 failed (OpenSSL)");
+  return d;
+}
+
+std::string md5_base64(ByteSpan data) {
+  const auto d = md5(data);
   unsigned char out[32] = {};
-  const int len = EVP_EncodeBlock(out, d, 16);
+  const int len = EVP_EncodeBlock(out, d.data(), 16);
   return std::string(reinterpret_cast<const char*>(out), static_cast<std::size_t>(len));
 }
 

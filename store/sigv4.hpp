@@ -56,7 +56,8 @@ Digest sha256(ByteSpan data);
 std::string sha256_hex(ByteSpan data);
 std::string sha256_hex(std::string_view data);
 Digest hmac_sha256(std::span<const unsigned char> key, std::string_view data);
-// Base64 of the MD5 of `data` (the Content-MD5 header value).
+// MD5 of `data`, and its base64 (the Content-MD5 header value).
+std::array<unsigned char, 16> md5(ByteSpan data);
 std::string md5_base64(ByteSpan data);
 
 // Percent-encodes every byte except the unreserved A-Z a-z 0-9 - _ . ~ (and

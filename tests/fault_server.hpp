@@ -148,6 +148,13 @@ class FaultServer {
     std::lock_guard lock(mu_);
     return queue_.size();
   }
+  // The methods the queued faults wait for ("*" for any), in order.
+  std::string pending() const {
+    std::lock_guard lock(mu_);
+    std::string out;
+    for (const auto& q : queue_) out += (out.empty() ? "" : ",") + (q.method.empty() ? "*" : q.method);
+    return out;
+  }
   void clear_log() {
     std::lock_guard lock(mu_);
     seen_.clear();

@@ -1,0 +1,628 @@
+#include <zarrcoro/store/s3.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/experimental/concurrent_channel.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <spdlog/spdlog.h>
+
+#include <zarrcoro/error.hpp>
+#include <zarrcoro/store/memory.hpp>  // clip
+
+#include "store/http_client.hpp"
+#include "store/sigv4.hpp"
+
+namespace zarrcoro {
+
+namespace asio = boost::asio;
+namespace bh = boost::beast::http;
+
+namespace {
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+std::string trim_slashes(std::string_view s) {
+  while (!s.empty() && s.front() == '/') s.remove_prefix(1);
+  while (!s.empty() && s.back() == '/') s.remove_suffix(1);
+  return std::string(s);
+}
+
+// ---- minimal XML, enough for S3's flat documents ----
+
+void append_utf8(std::string& out, unsigned long cp) {
+  if (cp < 0x80) {
+    out += char(cp);
+  } else if (cp < 0x800) {
+    out += char(0xC0 | (cp >> 6));
+    out += char(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += char(0xE0 | (cp >> 12));
+    out += char(0x80 | ((cp >> 6) & 0x3F));
+    out += char(0x80 | (cp & 0x3F));
+  } else {
+    out += char(0xF0 | (cp >> 18));
+    out += char(0x80 | ((cp >> 12) & 0x3F));
+    out += char(0x80 | ((cp >> 6) & 0x3F));
+    out += char(0x80 | (cp & 0x3F));
+  }
+}
+
+std::string xml_unescape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '&') {
+      out += s[i];
+      continue;
+    }
+    const std::size_t semi = s.find(';', i);
+    if (semi == std::string_view::npos) {
+      out += s[i];
+      continue;
+    }
+    const std::string_view ent = s.substr(i + 1, semi - i - 1);
+    if (ent == "amp") out += '&';
+    else if (ent == "lt") out += '<';
+    else if (ent == "gt") out += '>';
+    else if (ent == "quot") out += '"';
+    else if (ent == "apos") out += '\'';
+    else if (ent.size() > 1 && ent[0] == '#') {
+      const bool hexa = ent[1] == 'x' || ent[1] == 'X';
+      const std::string digits(ent.substr(hexa ? 2 : 1));
+      char* end = nullptr;
+      const unsigned long cp = std::strtoul(digits.c_str(), &end, hexa ? 16 : 10);
+      if (digits.empty() || *end != '\0' || cp > 0x10FFFF) {
+        out.append(s.substr(i, semi - i + 1));
+      } else {
+        append_utf8(out, cp);
+      }
+    } else {
+      out.append(s.substr(i, semi - i + 1));
+    }
+    i = semi;
+  }
+  return out;
+}
+
+std::string xml_escape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&apos;"; break;
+      case '\r': out += "&#13;"; break;  // keep line ends exact through XML parsing
+      case '\n': out += "&#10;"; break;
+      case '\t': out += "&#9;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+// The raw content of the next <tag>...</tag> (or <tag/>) in `doc` at or
+// after `pos`, which then moves past it; nullopt when there is none.
+std::optional<std::string_view> xml_next(std::string_view doc, std::string_view tag, std::size_t& pos) {
+  const std::string open = "<" + std::string(tag) + ">";
+  const std::string empty = "<" + std::string(tag) + "/>";
+  const std::string close = "</" + std::string(tag) + ">";
+  const std::size_t a = doc.find(open, pos), b = doc.find(empty, pos);
+  if (b != std::string_view::npos && (a == std::string_view::npos || b < a)) {
+    pos = b + empty.size();
+    return std::string_view{};
+  }
+  if (a == std::string_view::npos) return std::nullopt;
+  const std::size_t start = a + open.size();
+  const std::size_t end = doc.find(close, start);
+  if (end == std::string_view::npos) return std::nullopt;
+  pos = end + close.size();
+  return doc.substr(start, end - start);
+}
+
+// The unescaped text of the first <tag> in `doc`, or "".
+std::string xml_first(std::string_view doc, std::string_view tag) {
+  std::size_t pos = 0;
+  const auto v = xml_next(doc, tag, pos);
+  return v ? xml_unescape(*v) : std::string();
+}
+
+std::string_view as_text(const Bytes& b) {
+  return {reinterpret_cast<const char*>(b.data()), b.size()};
+}
+
+// Runs `jobs` concurrently on the current executor; waits for all; rethrows
+// the first failure.
+awaitable<void> run_all(std::vector<awaitable<void>> jobs) {
+  if (jobs.empty()) co_return;
+  auto ex = co_await asio::this_coro::executor;
+  struct State {
+    explicit State(const asio::any_io_executor& e, std::size_t n) : left(n), done(e, 1) {}
+    std::atomic<std::size_t> left;
+    std::mutex mu;
+    std::exception_ptr first;
+    asio::experimental::concurrent_channel<void(boost::system::error_code)> done;
+  };
+  auto state = std::make_shared<State>(ex, jobs.size());
+  for (auto& job : jobs) {
+    auto finished = [state](std::exception_ptr e) {
+      if (e) {
+        std::lock_guard lock(state->mu);
+        if (!state->first) state->first = e;
+      }
+      if (--state->left == 0) state->done.try_send(boost::system::error_code{});
+    };
+    asio::co_spawn(ex, std::move(job), std::move(finished));
+  }
+  co_await state->done.async_receive(asio::use_awaitable);
+  if (state->first) std::rethrow_exception(state->first);
+}
+
+const std::string& empty_sha256() {
+  static const std::string h = sigv4::sha256_hex(std::string_view{});
+  return h;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+
+S3Options S3Options::from_url(std::string_view url, S3Options base) {
+  if (!url.starts_with("s3://"))
+    throw InvalidArgument("", "url", "'" + std::string(url) + "': expected s3://bucket[/prefix]");
+  std::string_view rest = url.substr(5);
+  const std::size_t slash = rest.find('/');
+  base.bucket = std::string(rest.substr(0, slash));
+  base.prefix = slash == std::string_view::npos ? "" : trim_slashes(rest.substr(slash + 1));
+  if (base.bucket.empty())
+    throw InvalidArgument("", "url", "'" + std::string(url) + "': no bucket name");
+  return base;
+}
+
+S3Options S3Options::from_url(std::string_view url) { return from_url(url, S3Options{}); }
+
+struct S3Store::Impl {
+  S3Options options;
+  std::string base;  // "<prefix>/" or ""
+  http::Origin origin;
+  std::string bucket_path;  // "/bucket" (path-style) or "" (virtual-hosted)
+  std::string shown;        // "s3://bucket/prefix"
+  std::shared_ptr<http::Client> client;
+
+  std::string object(const std::string& key) const { return base + key; }
+  std::string url_of(const std::string& object) const {
+    return "s3://" + options.bucket + "/" + object;
+  }
+
+  // A signed request for `object` ("" for the bucket itself).
+  http::Request make(bh::verb method, const std::string& object, sigv4::Pairs query,
+                     sigv4::Pairs headers, std::shared_ptr<const void> owner, ByteSpan body,
+                     const std::string& key) const {
+    http::Request r;
+    r.method = method;
+    r.origin = origin;
+    r.key = key;
+    std::string path = bucket_path + "/" + sigv4::uri_encode(object, false);
+    if (object.empty() && !bucket_path.empty()) path = bucket_path;
+    r.target = path;
+    const std::string q = sigv4::canonical_query(query);
+    if (!q.empty()) r.target += "?" + q;
+    r.body_owner = std::move(owner);
+    r.body = body;
+    if (options.anonymous) {
+      r.headers = std::move(headers);
+      return r;
+    }
+    sigv4::Request s;
+    s.method = std::string(bh::to_string(method));
+    s.canonical_uri = path;
+    s.query = std::move(query);
+    s.headers = std::move(headers);
+    s.headers.emplace_back("host", origin.authority());
+    if (!options.sign_payload) s.payload_hash = std::string(sigv4::kUnsignedPayload);
+    else if (body.empty()) s.payload_hash = empty_sha256();
+    else s.payload_hash = sigv4::sha256_hex(body);
+    const sigv4::Credentials creds{options.credentials->access_key, options.credentials->secret_key,
+                                   options.credentials->session_token};
+    sigv4::sign(s, creds, sigv4::amz_date(std::chrono::system_clock::now()), options.region, "s3");
+    r.headers = std::move(s.headers);
+    return r;
+  }
+
+  // Raises the StoreError for an S3 error answer.
+  [[noreturn]] void fail(const std::string& key, std::string_view op, const std::string& object,
+                         const http::Response& r) const {
+    const std::string_view body = as_text(r.body);
+    std::string code = xml_first(body, "Code");
+    const std::string message = xml_first(body, "Message");
+    std::string msg = std::string(op) + " " + url_of(object) + ": HTTP " + std::to_string(r.status) +
+                      " " + std::string(http::status_text(r.status));
+    if (!code.empty()) msg += ": " + code;
+    if (!message.empty()) msg += ": " + message;
+    if (code == "SignatureDoesNotMatch")
+      msg += " (check the secret key, the region '" + options.region + "' and the clock)";
+    if (const std::string region = r.header("x-amz-bucket-region"); !region.empty())
+      msg += " (the bucket is in region '" + region + "')";
+    if (r.attempts > 1) msg += " (after " + std::to_string(r.attempts) + " attempts)";
+    if (code.empty()) code = "HTTP " + std::to_string(r.status);
+    throw StoreError(key, code, msg);
+  }
+
+  awaitable<http::Response> send(http::Request r) const {
+    auto client = this->client;
+    co_return co_await client->send(std::move(r));
+  }
+};
+
+S3Store::S3Store(asio::any_io_executor io, S3Options o) : impl_(std::make_shared<Impl>()) {
+  auto& d = *impl_;
+  if (o.bucket.empty() || o.bucket.find('/') != std::string::npos)
+    throw InvalidArgument("", "bucket", "S3 bucket name '" + o.bucket + "' is empty or contains '/'");
+  o.prefix = trim_slashes(o.prefix);
+  if (o.region.empty()) o.region = env("AWS_REGION");
+  if (o.region.empty()) o.region = env("AWS_DEFAULT_REGION");
+  if (o.region.empty()) o.region = "us-east-1";
+  bool aws = false;
+  if (o.endpoint.empty()) o.endpoint = env("AWS_ENDPOINT_URL_S3");
+  if (o.endpoint.empty()) o.endpoint = env("AWS_ENDPOINT_URL");
+  if (o.endpoint.empty()) {
+    o.endpoint = "https://s3." + o.region + ".amazonaws.com";
+    aws = true;
+  }
+  if (!o.credentials && !o.anonymous) {
+    S3Credentials c{env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY"), env("AWS_SESSION_TOKEN")};
+    if (c.access_key.empty() || c.secret_key.empty())
+      throw InvalidArgument("", "credentials",
+                            "no S3 credentials for s3://" + o.bucket +
+                                ": set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or configure "
+                                "S3Options::credentials, or S3Options::anonymous for public buckets)");
+    o.credentials = std::move(c);
+  }
+  o.max_keys = std::clamp(o.max_keys, 1u, 1000u);
+  o.multipart_concurrency = std::max(1u, o.multipart_concurrency);
+  if (o.part_size == 0) o.part_size = std::uint64_t{16} << 20;
+
+  auto [origin, path] = http::parse_url(o.endpoint);
+  if (!path.empty())
+    throw InvalidArgument("", "endpoint", "S3 endpoint '" + o.endpoint + "' must not have a path");
+  S3Addressing mode = o.addressing;
+  if (mode == S3Addressing::automatic)
+    mode = aws && o.bucket.find('.') == std::string::npos ? S3Addressing::virtual_hosted
+                                                          : S3Addressing::path;
+  if (mode == S3Addressing::virtual_hosted) {
+    origin.host = o.bucket + "." + origin.host;
+    d.bucket_path = "";
+  } else {
+    d.bucket_path = "/" + sigv4::uri_encode(o.bucket, true);
+  }
+  d.origin = origin;
+  d.base = o.prefix.empty() ? "" : o.prefix + "/";
+  d.shown = "s3://" + o.bucket + (o.prefix.empty() ? "" : "/" + o.prefix);
+  d.client = std::make_shared<http::Client>(std::move(io), o.http);
+  d.options = std::move(o);
+}
+
+S3Store::~S3Store() = default;
+
+const S3Options& S3Store::options() const { return impl_->options; }
+HttpClientStats S3Store::stats() const { return impl_->client->stats(); }
+std::string S3Store::url() const { return impl_->shown; }
+
+awaitable<std::optional<Bytes>> S3Store::get(std::string key, ByteRange range) {
+  validate_key(key);
+  const auto d = impl_;
+  if ((range.kind != ByteRange::Kind::full) && range.length == 0) {
+    if (!co_await exists(key)) co_return std::nullopt;
+    co_return Bytes{};
+  }
+  const std::string object = d->object(key);
+  sigv4::Pairs headers;
+  const std::string range_value = http::range_header(range);
+  if (!range_value.empty()) headers.emplace_back("Range", range_value);
+  http::Request req = d->make(bh::verb::get, object, {}, std::move(headers), nullptr, {}, key);
+  if (!range_value.empty()) req.max_full_body = d->options.max_full_body;
+  http::Response r = co_await d->send(std::move(req));
+  switch (r.status) {
+    case 200: {
+      if (range.kind == ByteRange::Kind::full) co_return std::move(r.body);
+      const ByteExtent e = clip(range, r.body.size());
+      co_return Bytes(r.body.begin() + static_cast<std::ptrdiff_t>(e.begin),
+                      r.body.begin() + static_cast<std::ptrdiff_t>(e.end));
+    }
+    case 206:
+      if (range.kind == ByteRange::Kind::full)
+        throw StoreError(key, "HTTP 206", "GET " + d->url_of(object) + ": a partial answer to a whole-object request");
+      co_return http::take_partial(key, d->url_of(object), range, r);
+    case 416:
+      co_return Bytes{};  // InvalidRange: the object exists, the range starts at or past its end
+    case 404: {
+      const std::string code = xml_first(as_text(r.body), "Code");
+      if (code.empty() || code == "NoSuchKey") co_return std::nullopt;
+      d->fail(key, "GET", object, r);
+    }
+    default:
+      d->fail(key, "GET", object, r);
+  }
+}
+
+awaitable<bool> S3Store::exists(std::string key) {
+  validate_key(key);
+  const auto d = impl_;
+  const std::string object = d->object(key);
+  http::Request r_req = d->make(bh::verb::head, object, {}, {}, nullptr, {}, key);
+  http::Response r = co_await d->send(std::move(r_req));
+  if (r.status == 200) co_return true;
+  if (r.status == 404) co_return false;
+  d->fail(key, "HEAD", object, r);
+}
+
+// The ETag S3 gives an object completed from parts with these ETags:
+// "<hex MD5 of the concatenated binary MD5s>-<number of parts>", quoted.
+static std::string multipart_etag(const std::vector<std::string>& etags) {
+  Bytes digests;
+  for (std::string e : etags) {
+    if (e.size() >= 2 && e.front() == '"' && e.back() == '"') e = e.substr(1, e.size() - 2);
+    if (e.size() != 32 || e.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos) return "";
+    for (std::size_t i = 0; i < 32; i += 2)
+      digests.push_back(std::byte(std::stoul(e.substr(i, 2), nullptr, 16)));
+  }
+  return "\"" + sigv4::hex(sigv4::md5(digests)) + "-" + std::to_string(etags.size()) + "\"";
+}
+
+// A multipart-upload worker: uploads parts (taking the next part number from
+// `next`) until none is left; records each part's ETag in (*etags)[part].
+static awaitable<void> upload_parts(std::shared_ptr<S3Store::Impl> d, std::string key,
+                                    std::string object, std::string upload_id,
+                                    std::shared_ptr<const Bytes> data,
+                                    std::shared_ptr<std::atomic<std::size_t>> next,
+                                    std::vector<std::string>* etags) {
+  const std::uint64_t part_size = d->options.part_size;
+  const std::size_t parts = etags->size();
+  for (;;) {
+    const std::size_t i = (*next)++;
+    if (i >= parts) co_return;
+    const std::uint64_t begin = std::uint64_t{i} * part_size;
+    const ByteSpan span(data->data() + begin, std::min<std::uint64_t>(part_size, data->size() - begin));
+    sigv4::Pairs headers;
+    if (!d->options.sign_payload) headers.emplace_back("Content-MD5", sigv4::md5_base64(span));
+    http::Request r_req = d->make(
+        bh::verb::put, object, {{"partNumber", std::to_string(i + 1)}, {"uploadId", upload_id}},
+        std::move(headers), data, span, key);
+    http::Response r = co_await d->send(std::move(r_req));
+    if (r.status != 200) d->fail(key, "UploadPart " + std::to_string(i + 1), object, r);
+    std::string etag = r.header("ETag");
+    if (etag.empty())
+      throw StoreError(key, "ETag", "UploadPart " + std::to_string(i + 1) + " " + d->url_of(object) +
+                                        ": no ETag in the answer");
+    (*etags)[i] = std::move(etag);  // each part index is taken once: no race
+  }
+}
+
+awaitable<void> S3Store::set(std::string key, Bytes value) {
+  validate_key(key);
+  const auto d = impl_;
+  const std::string object = d->object(key);
+  const auto& o = d->options;
+  auto data = std::make_shared<const Bytes>(std::move(value));
+  const ByteSpan all(*data);
+
+  if (o.multipart_threshold == 0 || all.size() < o.multipart_threshold || all.size() <= o.part_size) {
+    sigv4::Pairs headers{{"Content-Type", "application/octet-stream"}};
+    if (!o.sign_payload) headers.emplace_back("Content-MD5", sigv4::md5_base64(all));
+    http::Request r_req = d->make(bh::verb::put, object, {}, std::move(headers), data, all, key);
+    http::Response r = co_await d->send(std::move(r_req));
+    if (r.status != 200) d->fail(key, "PUT", object, r);
+    co_return;
+  }
+
+  // Multipart upload.
+  http::Request created_req = d->make(bh::verb::post, object, {{"uploads", ""}},
+                                                    {{"Content-Type", "application/octet-stream"}},
+                                                    nullptr, {}, key);
+  http::Response created = co_await d->send(std::move(created_req));
+  if (created.status != 200) d->fail(key, "CreateMultipartUpload", object, created);
+  const std::string upload_id = xml_first(as_text(created.body), "UploadId");
+  if (upload_id.empty())
+    throw StoreError(key, "UploadId", "CreateMultipartUpload " + d->url_of(object) + ": no UploadId in the answer");
+
+  const std::size_t parts = static_cast<std::size_t>((all.size() + o.part_size - 1) / o.part_size);
+  std::vector<std::string> etags(parts);
+  std::exception_ptr failure;
+  try {
+    auto next = std::make_shared<std::atomic<std::size_t>>(0);
+    std::vector<awaitable<void>> workers;
+    const unsigned n_workers = static_cast<unsigned>(std::min<std::size_t>(o.multipart_concurrency, parts));
+    for (unsigned w = 0; w < n_workers; ++w)
+      workers.push_back(upload_parts(d, key, object, upload_id, data, next, &etags));
+    co_await run_all(std::move(workers));
+
+    std::string xml = "<CompleteMultipartUpload>";
+    for (std::size_t i = 0; i < parts; ++i)
+      xml += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" +
+             xml_escape(etags[i]) + "</ETag></Part>";
+    xml += "</CompleteMultipartUpload>";
+    auto body = std::make_shared<const Bytes>(reinterpret_cast<const std::byte*>(xml.data()),
+                                              reinterpret_cast<const std::byte*>(xml.data()) + xml.size());
+    http::Request done_req = d->make(bh::verb::post, object, {{"uploadId", upload_id}},
+                                                   {{"Content-Type", "application/xml"}}, body,
+                                                   ByteSpan(*body), key);
+    http::Response done = co_await d->send(std::move(done_req));
+    // S3 may answer 200 and still report an error in the body.
+    const bool error = done.status != 200 || as_text(done.body).find("<Error>") != std::string_view::npos;
+    if (!error) co_return;
+    // A retried completion finds the upload gone when the first attempt did
+    // complete it but its answer was lost: accept the object if it is exactly
+    // the one these parts make (S3's multipart ETag: MD5 of the parts' MD5s).
+    if (done.attempts > 1 && xml_first(as_text(done.body), "Code") == "NoSuchUpload") {
+      http::Request head_req = d->make(bh::verb::head, object, {}, {}, nullptr, {}, key);
+      http::Response head = co_await d->send(std::move(head_req));
+      if (head.status == 200 && head.header("ETag") == multipart_etag(etags) &&
+          head.header("Content-Length") == std::to_string(all.size()))
+        co_return;
+    }
+    d->fail(key, "CompleteMultipartUpload", object, done);
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  // Abort (best effort) so that no parts linger, then report the failure.
+  try {
+    http::Request r_req = d->make(bh::verb::delete_, object, {{"uploadId", upload_id}},
+                                                {}, nullptr, {}, key);
+    http::Response r = co_await d->send(std::move(r_req));
+    if (r.status != 204 && r.status != 200 && r.status != 404)
+      spdlog::warn("zarrcoro s3: aborting the multipart upload of {} failed: HTTP {}",
+                   d->url_of(object), r.status);
+  } catch (const std::exception& e) {
+    spdlog::warn("zarrcoro s3: aborting the multipart upload of {} failed: {}", d->url_of(object), e.what());
+  }
+  std::rethrow_exception(failure);
+}
+
+awaitable<void> S3Store::erase(std::string key) {
+  validate_key(key);
+  const auto d = impl_;
+  const std::string object = d->object(key);
+  http::Request r_req = d->make(bh::verb::delete_, object, {}, {}, nullptr, {}, key);
+  http::Response r = co_await d->send(std::move(r_req));
+  if (r.status == 204 || r.status == 200) co_return;
+  if (r.status == 404 && xml_first(as_text(r.body), "Code") == "NoSuchKey") co_return;
+  d->fail(key, "DELETE", object, r);
+}
+
+namespace {
+
+struct Page {
+  std::vector<std::string> keys, prefixes;
+  std::string next;  // continuation token, "" at the end
+};
+
+Page parse_list(std::string_view doc) {
+  Page page;
+  std::size_t pos = 0;
+  while (auto contents = xml_next(doc, "Contents", pos)) {
+    std::size_t p = 0;
+    if (auto k = xml_next(*contents, "Key", p)) page.keys.push_back(xml_unescape(*k));
+  }
+  pos = 0;
+  while (auto common = xml_next(doc, "CommonPrefixes", pos)) {
+    std::size_t p = 0;
+    if (auto k = xml_next(*common, "Prefix", p)) page.prefixes.push_back(xml_unescape(*k));
+  }
+  if (xml_first(doc, "IsTruncated") == "true") page.next = xml_first(doc, "NextContinuationToken");
+  return page;
+}
+
+}  // namespace
+
+// Lists with ListObjectsV2 (all pages); names relative to the store's prefix.
+static awaitable<S3Store::Listing> list_objects(std::shared_ptr<S3Store::Impl> d, std::string prefix,
+                                                bool delimited) {
+  S3Store::Listing out;
+  std::string token;
+  const std::string full = d->base + prefix;
+  for (int page_no = 0;; ++page_no) {
+    sigv4::Pairs query{{"list-type", "2"},
+                       {"prefix", full},
+                       {"max-keys", std::to_string(d->options.max_keys)}};
+    if (delimited) query.emplace_back("delimiter", "/");
+    if (!token.empty()) query.emplace_back("continuation-token", token);
+    http::Request r_req = d->make(bh::verb::get, "", std::move(query), {}, nullptr, {}, prefix);
+    http::Response r = co_await d->send(std::move(r_req));
+    if (r.status != 200) d->fail(prefix, "ListObjectsV2", full, r);
+    Page page = parse_list(as_text(r.body));
+    for (auto& k : page.keys)
+      if (k.starts_with(d->base)) out.keys.push_back(k.substr(d->base.size()));
+    for (auto& p : page.prefixes)
+      if (p.starts_with(d->base)) out.prefixes.push_back(p.substr(d->base.size()));
+    if (page.next.empty()) break;
+    if (page.next == token)
+      throw StoreError(prefix, "NextContinuationToken",
+                       "ListObjectsV2 " + d->url_of(full) + ": the server repeated a continuation token");
+    token = std::move(page.next);
+  }
+  std::sort(out.keys.begin(), out.keys.end());
+  std::sort(out.prefixes.begin(), out.prefixes.end());
+  co_return out;
+}
+
+awaitable<std::vector<std::string>> S3Store::list(std::string prefix) {
+  auto listing = co_await list_objects(impl_, std::move(prefix), false);
+  co_return std::move(listing.keys);
+}
+
+awaitable<S3Store::Listing> S3Store::list_dir(std::string prefix) {
+  if (!prefix.empty() && prefix.back() != '/')
+    throw InvalidArgument(prefix, "prefix", "list_dir needs \"\" or a prefix ending in '/'");
+  co_return co_await list_objects(impl_, std::move(prefix), true);
+}
+
+awaitable<void> S3Store::erase_many(std::vector<std::string> keys) {
+  for (const auto& k : keys) validate_key(k);
+  const auto d = impl_;
+  for (std::size_t start = 0; start < keys.size(); start += 1000) {
+    const std::size_t end = std::min(keys.size(), start + 1000);
+    std::string xml = "<Delete><Quiet>true</Quiet>";
+    for (std::size_t i = start; i < end; ++i)
+      xml += "<Object><Key>" + xml_escape(d->object(keys[i])) + "</Key></Object>";
+    xml += "</Delete>";
+    auto body = std::make_shared<const Bytes>(reinterpret_cast<const std::byte*>(xml.data()),
+                                              reinterpret_cast<const std::byte*>(xml.data()) + xml.size());
+    const ByteSpan span(*body);
+    http::Request r_req = d->make(
+        bh::verb::post, "", {{"delete", ""}},
+        {{"Content-Type", "application/xml"}, {"Content-MD5", sigv4::md5_base64(span)}}, body, span,
+        keys[start]);
+    http::Response r = co_await d->send(std::move(r_req));
+    if (r.status != 200) d->fail(keys[start], "DeleteObjects", "", r);
+    // Quiet mode lists only the failures.
+    const std::string_view doc = as_text(r.body);
+    std::size_t pos = 0;
+    if (auto err = xml_next(doc, "Error", pos)) {
+      std::string object = xml_first(*err, "Key");
+      const std::string code = xml_first(*err, "Code");
+      const std::string key = object.starts_with(d->base) ? object.substr(d->base.size()) : object;
+      throw StoreError(key, code.empty() ? "DeleteObjects" : code,
+                       "DeleteObjects " + d->url_of(object) + ": " + code + ": " +
+                           xml_first(*err, "Message"));
+    }
+  }
+}
+
+awaitable<std::size_t> S3Store::erase_prefix(std::string prefix) {
+  auto keys = co_await list(std::move(prefix));
+  const std::size_t n = keys.size();
+  co_await erase_many(std::move(keys));
+  co_return n;
+}
+
+awaitable<void> S3Store::create_bucket() {
+  const auto d = impl_;
+  std::shared_ptr<const Bytes> body;
+  ByteSpan span;
+  if (d->options.region != "us-east-1") {
+    const std::string xml = "<CreateBucketConfiguration><LocationConstraint>" +
+                            xml_escape(d->options.region) +
+                            "</LocationConstraint></CreateBucketConfiguration>";
+    body = std::make_shared<const Bytes>(reinterpret_cast<const std::byte*>(xml.data()),
+                                         reinterpret_cast<const std::byte*>(xml.data()) + xml.size());
+    span = ByteSpan(*body);
+  }
+  http::Request r_req = d->make(bh::verb::put, "", {}, {}, body, span, "");
+  http::Response r = co_await d->send(std::move(r_req));
+  if (r.status == 200) co_return;
+  if (r.status == 409 && xml_first(as_text(r.body), "Code") == "BucketAlreadyOwnedByYou") co_return;
+  d->fail("", "CreateBucket", "", r);
+}
+
+}  // namespace zarrcoro
