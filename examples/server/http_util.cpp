@@ -1,0 +1,144 @@
+#include "http_util.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <ctime>
+#include <limits>
+
+namespace zarrcoro::server {
+namespace {
+
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// A whole decimal number (no sign, no spaces); nullopt otherwise or on overflow.
+std::optional<std::uint64_t> number(std::string_view s) {
+  std::uint64_t v = 0;
+  if (s.empty() || s.front() < '0' || s.front() > '9') return std::nullopt;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace
+
+std::optional<std::string> percent_decode(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (c == '%') {
+      if (i + 2 >= text.size()) return std::nullopt;
+      const int hi = hex_digit(text[i + 1]), lo = hex_digit(text[i + 2]);
+      if (hi < 0 || lo < 0) return std::nullopt;
+      c = static_cast<char>(hi * 16 + lo);
+      i += 2;
+    }
+    if (c == '\0') return std::nullopt;
+    out.push_back(c);
+  }
+  return out;
+}
+
+std::optional<Target> parse_target(std::string_view target) {
+  if (target.empty() || target.front() != '/') return std::nullopt;
+  const auto q = target.find('?');
+  auto path = percent_decode(target.substr(1, q == std::string_view::npos ? std::string_view::npos : q - 1));
+  if (!path) return std::nullopt;
+  Target t;
+  t.path = std::move(*path);
+  if (q != std::string_view::npos) t.query = std::string(target.substr(q + 1));
+  return t;
+}
+
+std::optional<Params> parse_query(std::string_view query) {
+  Params out;
+  while (!query.empty()) {
+    const auto amp = query.find('&');
+    const std::string_view item = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+    if (item.empty()) continue;
+    const auto eq = item.find('=');
+    auto key = percent_decode(item.substr(0, eq));
+    auto value = percent_decode(eq == std::string_view::npos ? std::string_view{} : item.substr(eq + 1));
+    if (!key || !value) return std::nullopt;
+    out.emplace_back(std::move(*key), std::move(*value));
+  }
+  return out;
+}
+
+RangeResult resolve_range(std::string_view header, std::uint64_t size) {
+  using Kind = RangeResult::Kind;
+  header = trim(header);
+  constexpr std::string_view unit = "bytes=";
+  if (header.size() < unit.size()) return {};
+  for (std::size_t i = 0; i < unit.size(); ++i)  // the unit is case-insensitive
+    if (std::tolower(static_cast<unsigned char>(header[i])) != unit[i]) return {};
+  const std::string_view spec = trim(header.substr(unit.size()));
+  if (spec.find(',') != std::string_view::npos) return {};  // several ranges: we send it all (allowed)
+  const auto dash = spec.find('-');
+  if (dash == std::string_view::npos) return {Kind::malformed};
+  const std::string_view a = trim(spec.substr(0, dash)), b = trim(spec.substr(dash + 1));
+  if (a.empty()) {  // suffix: the last n bytes
+    const auto n = number(b);
+    if (!n) return {Kind::malformed};
+    if (*n == 0 || size == 0) return {Kind::unsatisfiable};
+    return {Kind::partial, size - std::min(*n, size), size - 1};
+  }
+  const auto first = number(a);
+  if (!first) return {Kind::malformed};
+  std::uint64_t last = std::numeric_limits<std::uint64_t>::max();
+  if (!b.empty()) {
+    const auto l = number(b);
+    if (!l || *l < *first) return {Kind::malformed};
+    last = *l;
+  }
+  if (*first >= size) return {Kind::unsatisfiable};
+  return {Kind::partial, *first, std::min(last, size - 1)};
+}
+
+std::string http_date(std::chrono::system_clock::time_point t) {
+  const std::time_t tt = std::chrono::system_clock::to_time_t(t);
+  std::tm tm{};
+  gmtime_r(&tt, &tm);
+  char buf[64];
+  const auto n = std::strftime(buf, sizeof buf, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+  return std::string(buf, n);
+}
+
+std::string npy_header(DataType dtype, const std::vector<std::uint64_t>& shape) {
+  static constexpr const char* kCodes[] = {"b1", "i1", "i2", "i4", "i8", "u1", "u2",
+                                           "u4", "u8", "f2", "f4", "f8", "c8", "c16"};
+  const std::string descr = (dtype.size() == 1 ? "|" : "<") + std::string(kCodes[static_cast<int>(dtype.kind())]);
+  std::string dims = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) dims += (i ? ", " : "") + std::to_string(shape[i]);
+  dims += shape.size() == 1 ? ",)" : ")";
+  const std::string dict = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + dims + ", }";
+  // magic (6) + version (2) + header length (2, or 4 in format 2.0) + dict + padding + '\n'
+  auto padded = [&](std::size_t prefix) {
+    const std::size_t total = prefix + dict.size() + 1;
+    return dict + std::string((64 - total % 64) % 64, ' ') + '\n';
+  };
+  std::string h = padded(10);
+  const bool v2 = h.size() > 0xffff;
+  if (v2) h = padded(12);
+  std::string out("\x93NUMPY", 6);
+  out.push_back(static_cast<char>(v2 ? 2 : 1));
+  out.push_back('\0');
+  const std::size_t len = h.size();
+  for (int i = 0; i < (v2 ? 4 : 2); ++i) out.push_back(static_cast<char>((len >> (8 * i)) & 0xff));
+  return out + h;
+}
+
+}  // namespace zarrcoro::server

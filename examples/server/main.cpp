@@ -1,0 +1,110 @@
+// zarrcoro-server: serves a directory of Zarr hierarchies over HTTP.
+//
+//   zarrcoro-server --root DIR [--listen 127.0.0.1:8080] [--access-log] ...
+//
+// Prints "listening on http://HOST:PORT" on stdout once it accepts
+// connections (useful with --listen 127.0.0.1:0). SIGINT or SIGTERM stops it
+// gracefully (see Server::shutdown); it then exits 0. A bad option or root
+// exits 2 with one line on stderr.
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <zarrcoro/runtime.hpp>
+
+#include "server.hpp"
+
+namespace asio = boost::asio;
+using namespace zarrcoro;
+
+int main(int argc, char** argv) {
+  spdlog::set_default_logger(spdlog::stderr_color_mt("zarrcoro-server"));
+  spdlog::set_level(spdlog::level::info);
+
+  server::ServerOptions opt;
+  unsigned io_threads = 1, codec_threads = 0;
+  double header_s = 10, body_s = 10, idle_s = 30, write_s = 30, shutdown_s = 10;
+  std::uint64_t max_response_mib = 256, slice_memory_mib = 1024;
+  bool verbose = false;
+
+  CLI::App app{"zarrcoro-server: Zarr over HTTP with byte ranges, a slice API and metrics"};
+  app.add_option("--root", opt.root, "Directory of Zarr hierarchies to serve (read-only)")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  app.add_option("--listen", opt.listen, "HOST:PORT to listen on (port 0: any free port)")->capture_default_str();
+  app.add_option("--io-threads", io_threads, "Threads running the I/O loop")->check(CLI::Range(1u, 256u))->capture_default_str();
+  app.add_option("--codec-threads", codec_threads, "Codec pool threads (0: one per core)")->capture_default_str();
+  app.add_option("--max-connections", opt.max_connections, "Open connections; more get 503")->capture_default_str();
+  app.add_option("--max-header-bytes", opt.max_header_bytes, "Request header size limit (431 over it)")->capture_default_str();
+  app.add_option("--max-response-mib", max_response_mib, "Largest slice response, MiB (400 over it)")->capture_default_str();
+  app.add_option("--slice-memory-mib", slice_memory_mib, "All slice responses in memory at once, MiB (503 over it)")
+      ->capture_default_str();
+  app.add_option("--header-timeout", header_s, "Seconds to receive a request header")->capture_default_str();
+  app.add_option("--body-timeout", body_s, "Seconds to receive a request body")->capture_default_str();
+  app.add_option("--idle-timeout", idle_s, "Seconds a keep-alive connection may wait for a request")->capture_default_str();
+  app.add_option("--write-timeout", write_s, "Seconds to send a response (plus 1 s per MiB)")->capture_default_str();
+  app.add_option("--shutdown-deadline", shutdown_s, "Seconds in-flight requests get on SIGINT/SIGTERM")
+      ->capture_default_str();
+  app.add_flag("--access-log", opt.access_log, "Log one line a request on stdout");
+  app.add_flag("-v,--verbose", verbose, "Debug logging");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::cerr << "zarrcoro-server: error: " << e.what() << std::endl;
+    return 2;
+  }
+  auto ms = [](double s) { return std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000)); };
+  opt.header_timeout = ms(header_s);
+  opt.body_timeout = ms(body_s);
+  opt.idle_timeout = ms(idle_s);
+  opt.write_timeout = ms(write_s);
+  opt.shutdown_deadline = ms(shutdown_s);
+  opt.max_response_bytes = max_response_mib << 20;
+  opt.slice_memory = slice_memory_mib << 20;
+  if (verbose) spdlog::set_level(spdlog::level::debug);
+  if (opt.access_log) spdlog::stdout_logger_mt("access")->set_pattern("%Y-%m-%dT%H:%M:%S.%e %v");
+
+  try {
+    // The service owns its io_context; the Runtime adopts it, so store I/O,
+    // HTTP and the loop-lag probe share one loop, and codecs get their pool.
+    asio::io_context io(static_cast<int>(io_threads));
+    RuntimeOptions ro;
+    ro.codec_threads = codec_threads;
+    Runtime rt(io, ro);
+    server::Server srv(rt, opt);
+
+    asio::signal_set signals(io, SIGINT, SIGTERM);
+    auto on_signal = [&](boost::system::error_code ec, int sig) {
+      if (ec) return;
+      spdlog::info("signal {}: stopping (in-flight requests get {} s)", sig, shutdown_s);
+      srv.shutdown([&io] { io.stop(); });
+    };
+    signals.async_wait(on_signal);
+
+    srv.start();
+    const auto ep = srv.endpoint();
+    const std::string host = ep.address().is_v6() ? "[" + ep.address().to_string() + "]" : ep.address().to_string();
+    std::printf("listening on http://%s:%u\n", host.c_str(), static_cast<unsigned>(ep.port()));
+    std::fflush(stdout);
+
+    std::vector<std::thread> threads;
+    for (unsigned i = 1; i < io_threads; ++i) threads.emplace_back([&io] { io.run(); });
+    io.run();
+    for (auto& t : threads) t.join();
+    spdlog::info("stopped");
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "zarrcoro-server: error: " << e.what() << std::endl;
+    return 2;
+  }
+}

@@ -1,0 +1,48 @@
+// Server counters, rendered in the Prometheus text format for GET /metrics.
+//
+// Thread-safety: every method may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include <zarrcoro/runtime.hpp>
+
+namespace zarrcoro::server {
+
+class Metrics {
+ public:
+  // A request whose header has been read, until its response is written.
+  void request_started() { in_flight_.fetch_add(1, std::memory_order_relaxed); }
+  void request_finished(const std::string& route, unsigned status, std::uint64_t bytes_sent);
+  // Responses written without a parsed request (400/431 on a broken header, 503 over the cap).
+  void response_without_request(const std::string& route, unsigned status, std::uint64_t bytes_sent);
+
+  void connection_opened() { connections_.fetch_add(1, std::memory_order_relaxed); }
+  void connection_closed() { connections_.fetch_sub(1, std::memory_order_relaxed); }
+  void connection_rejected() { rejected_.fetch_add(1, std::memory_order_relaxed); }
+  void timed_out() { timeouts_.fetch_add(1, std::memory_order_relaxed); }
+
+  std::int64_t in_flight() const { return in_flight_.load(std::memory_order_relaxed); }
+  std::int64_t connections() const { return connections_.load(std::memory_order_relaxed); }
+
+  // The whole exposition text, with the runtime's loop lag and codec pool figures.
+  std::string render(const RuntimeStats& stats, const LoopLag& lag) const;
+
+ private:
+  void count(const std::string& route, unsigned status, std::uint64_t bytes_sent);
+
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, unsigned>, std::uint64_t> requests_;  // (route, status) -> count
+  std::atomic<std::uint64_t> bytes_sent_{0};
+  std::atomic<std::int64_t> in_flight_{0};
+  std::atomic<std::int64_t> connections_{0};
+  std::atomic<std::uint64_t> rejected_{0};
+  std::atomic<std::uint64_t> timeouts_{0};
+};
+
+}  // namespace zarrcoro::server

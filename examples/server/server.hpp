@@ -1,0 +1,82 @@
+// The example HTTP server: serves a directory of Zarr hierarchies read-only.
+//
+//   GET|HEAD /<key>                       a store key's bytes (Range, ETag, Last-Modified)
+//   GET      /api/v1/<array>?region=0:10,5:20[&format=npy|raw]
+//                                         a decoded region (.npy by default)
+//   GET      /api/v1/<node>/info          the JSON of `zarrcoro info`
+//   GET      /metrics, /healthz           Prometheus text; "ok"
+//   OPTIONS  *                            CORS preflight
+// Every response carries CORS headers so that browser clients work. Store keys
+// named "metrics", "healthz" or under "api/" at the root are shadowed.
+//
+// Threading: the server runs on the Runtime's io_context, which the caller
+// runs on one or more threads; each connection is a coroutine on its own
+// strand. Decoding happens in the Runtime's codec pool (through the Array
+// API), never on an I/O thread. Methods of Server may be called from any
+// thread.
+//
+// Defences: paths are percent-decoded, then validated as store keys and read
+// through FilesystemStore (no "..", no absolute paths, no symlinks out of the
+// root); header size and body size limits; header, body, idle and write
+// timeouts; a cap on connections (over it: 503 and close); a cap on the bytes
+// of one slice response and on all slice responses in memory at once.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <boost/asio/ip/tcp.hpp>
+
+#include <zarrcoro/runtime.hpp>
+
+#include "metrics.hpp"
+
+namespace zarrcoro::server {
+
+struct ServerOptions {
+  std::filesystem::path root;              // the directory served (must exist)
+  std::string listen = "127.0.0.1:8080";   // "host:port" or "[v6]:port"; port 0 picks a free one
+  std::size_t max_connections = 1024;      // more are answered 503 and closed
+  std::uint32_t max_header_bytes = 8 * 1024;          // over it: 431
+  std::uint64_t max_body_bytes = 64 * 1024;           // request bodies are read and ignored; over it: 413
+  std::uint64_t max_response_bytes = std::uint64_t{256} << 20;  // one slice response; over it: 400
+  std::uint64_t slice_memory = std::uint64_t{1} << 30;          // all slice responses held at once; over it: 503
+  std::chrono::milliseconds header_timeout{10'000};  // from a request's first byte to the end of its header
+  std::chrono::milliseconds body_timeout{10'000};    // to read a request body
+  std::chrono::milliseconds idle_timeout{30'000};    // keep-alive: wait for the next request
+  std::chrono::milliseconds write_timeout{30'000};   // per response, plus 1 s per MiB of body
+  std::chrono::milliseconds shutdown_deadline{10'000};  // in-flight requests get this long
+  bool access_log = false;                 // one line a request on the "access" spdlog logger
+};
+
+class Server {
+ public:
+  // Opens the store and binds the listening socket (throws on failure); does
+  // not accept until start(). `rt` must outlive the server.
+  Server(Runtime& rt, ServerOptions options);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // The bound address (with the real port when 0 was asked for).
+  boost::asio::ip::tcp::endpoint endpoint() const;
+  const ServerOptions& options() const;
+  const Metrics& metrics() const;
+
+  void start();
+  // Graceful stop: closes the listening socket, closes idle connections,
+  // lets requests in flight finish (their responses say Connection: close)
+  // and force-closes what remains after options.shutdown_deadline. Calls
+  // `done` once, on an I/O thread, when no connection is left. Idempotent.
+  void shutdown(std::function<void()> done);
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;  // shared with the connection coroutines
+};
+
+}  // namespace zarrcoro::server

@@ -1,0 +1,1009 @@
+// The example HTTP server (examples/server): store keys with ranges and
+// validators, the slice and info API, metrics, hostile input, slow clients,
+// graceful shutdown, and real clients (curl, zarr-python 2.13 with fsspec
+// HTTP, zarrita's FetchStore).
+//
+// Most cases run the server in-process on 127.0.0.1 port 0 with its own temp
+// root and talk to it with a blocking Beast client; signal handling and the
+// real clients run the zarrcoro-server program. The server is built with the
+// tools (ZARRCORO_BUILD_TOOLS); without them this suite only says so.
+// A missing real client (curl, /usr/bin/python3 with zarr, node with
+// zarrita) is a WARN and a skip, unless the environment variable CI is set:
+// then it is a failure.
+#include <catch2/catch.hpp>
+
+#ifndef ZARRCORO_SERVER_EXE
+
+TEST_CASE("server: not built in this configuration") {
+  WARN("SKIPPED: zarrcoro-server is built with the tools (ZARRCORO_BUILD_TOOLS=ON)");
+}
+
+#else
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/use_future.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <nlohmann/json.hpp>
+
+#include <zarrcoro/array.hpp>
+#include <zarrcoro/info.hpp>
+#include <zarrcoro/npy.hpp>
+#include <zarrcoro/runtime.hpp>
+#include <zarrcoro/store/filesystem.hpp>
+
+#include "http_util.hpp"
+#include "server.hpp"
+#include "support.hpp"
+
+using namespace zarrcoro;
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace fs = std::filesystem;
+using tcp = asio::ip::tcp;
+using namespace std::chrono_literals;
+
+namespace {
+
+const fs::path kSource = ZARRCORO_SERVER_SOURCE_DIR;
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::random_device rd;
+    path = fs::temp_directory_path() / ("zarrcoro_server_" + std::to_string(rd()));
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+void write_file(const fs::path& p, const std::string& content) {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p, std::ios::binary) << content;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+// 1000 bytes that differ at every offset that matters for ranges.
+std::string pattern(std::size_t n = 1000) {
+  std::string s(n, '\0');
+  for (std::size_t i = 0; i < n; ++i) s[i] = static_cast<char>((i * 7 + i / 256) & 0xff);
+  return s;
+}
+
+bool in_ci() { return std::getenv("CI") != nullptr; }
+
+// A missing real client: a failure in CI, else a warning.
+#define CLIENT_MISSING(what)                                                  \
+  do {                                                                        \
+    if (in_ci()) FAIL("CI must run this client, but " << what);               \
+    WARN("SKIPPED: " << what);                                                \
+    return;                                                                   \
+  } while (0)
+
+// ---- a blocking HTTP client ------------------------------------------------
+
+using Resp = http::response<http::string_body>;
+
+struct Client {
+  asio::io_context io;
+  tcp::socket sock{io};
+  beast::flat_buffer buf;
+
+  explicit Client(unsigned short port) { sock.connect({asio::ip::make_address("127.0.0.1"), port}); }
+  void send(std::string_view raw) {
+    sock.non_blocking(false);
+    asio::write(sock, asio::buffer(raw.data(), raw.size()));
+  }
+  // Waits (poll, EINTR retried) until the socket has something to read.
+  bool readable(std::chrono::milliseconds t) {
+    pollfd pfd{sock.native_handle(), POLLIN, 0};
+    const auto until = std::chrono::steady_clock::now() + t;
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+      const int r = ::poll(&pfd, 1, static_cast<int>(std::max<std::int64_t>(0, left.count())));
+      if (r >= 0 || errno != EINTR) return r > 0;
+    }
+  }
+  // One response (its body skipped for HEAD); throws on a timeout or a close.
+  Resp read(bool head = false, std::chrono::milliseconds t = 10s) {
+    http::response_parser<http::string_body> p;
+    p.body_limit(std::uint64_t{1} << 31);
+    p.skip(head);
+    p.eager(true);
+    sock.non_blocking(true);
+    while (!p.is_done()) {
+      boost::system::error_code ec;
+      if (buf.size() > 0) {
+        const auto used = p.put(buf.data(), ec);
+        buf.consume(used);
+        if (ec && ec != http::error::need_more) throw boost::system::system_error(ec);
+        if (p.is_done()) break;
+        if (used > 0) continue;
+      }
+      if (!readable(t)) throw std::runtime_error("no response in time");
+      const auto n = sock.read_some(buf.prepare(1 << 16), ec);
+      if (ec == asio::error::eof) {
+        if (!p.got_some()) throw boost::system::system_error(ec);
+        p.put_eof(ec);
+        if (ec) throw boost::system::system_error(ec);
+        break;
+      }
+      if (ec == asio::error::would_block || ec == asio::error::interrupted) continue;
+      if (ec) throw boost::system::system_error(ec);
+      buf.commit(n);
+    }
+    return p.release();
+  }
+  Resp get(const std::string& target, const std::vector<std::pair<std::string, std::string>>& headers = {},
+           const std::string& method = "GET") {
+    std::string req = method + " " + target + " HTTP/1.1\r\nHost: test\r\n";
+    for (const auto& [k, v] : headers) req += k + ": " + v + "\r\n";
+    send(req + "\r\n");
+    return read(method == "HEAD");
+  }
+  // True if the server closes the connection within `within` (nothing else arrives).
+  bool closed_within(std::chrono::milliseconds within) {
+    if (!readable(within)) return false;
+    sock.non_blocking(true);
+    char c;
+    boost::system::error_code ec;
+    const auto n = sock.read_some(asio::buffer(&c, 1), ec);
+    return n == 0 && (ec == asio::error::eof || ec == asio::error::connection_reset);
+  }
+};
+
+Resp get(unsigned short port, const std::string& target,
+         const std::vector<std::pair<std::string, std::string>>& headers = {}, const std::string& method = "GET") {
+  Client c(port);
+  return c.get(target, headers, method);
+}
+
+// A raw request on a fresh connection; the response, or nullopt if the
+// server closed the connection without one.
+std::optional<Resp> raw(unsigned short port, const std::string& bytes) {
+  Client c(port);
+  c.send(bytes);
+  try {
+    return c.read(bytes.starts_with("HEAD "));
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+// ---- the server in-process ---------------------------------------------------
+
+
+const char* kZstd = R"([{"name":"bytes","configuration":{"endian":"little"}},
+                        {"name":"zstd","configuration":{"level":3,"checksum":false}}])";
+
+// A server on 127.0.0.1:0 over a fresh temp root, its io_context run by one
+// thread; the root can be filled through `store` (blocking Array API).
+struct TestServer {
+  TempDir dir;
+  asio::io_context io;
+  std::unique_ptr<Runtime> rt;
+  std::shared_ptr<FilesystemStore> store;
+  std::unique_ptr<server::Server> srv;
+  std::thread thread;
+  bool stopped = false;
+
+  explicit TestServer(server::ServerOptions opt = {}) {
+    RuntimeOptions ro;
+    ro.codec_threads = 2;
+    rt = std::make_unique<Runtime>(io, ro);
+    store = std::make_shared<FilesystemStore>(rt->io_executor(), dir.path);
+    opt.root = dir.path;
+    opt.listen = "127.0.0.1:0";
+    srv = std::make_unique<server::Server>(*rt, opt);
+    srv->start();
+    thread = std::thread([this] { io.run(); });
+  }
+  ~TestServer() { stop(); }
+  unsigned short port() const { return srv->endpoint().port(); }
+  fs::path root() const { return dir.path; }
+
+  // Graceful shutdown; returns how long it took until the last connection closed.
+  std::chrono::milliseconds stop() {
+    if (stopped) return 0ms;
+    stopped = true;
+    const auto t0 = std::chrono::steady_clock::now();
+    std::promise<void> done;
+    srv->shutdown([&] {
+      done.set_value();
+      io.stop();
+    });
+    done.get_future().wait();
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+    thread.join();
+    return took;
+  }
+
+  Array create(const std::string& path, DataType dtype, std::vector<std::uint64_t> shape,
+               std::vector<std::uint64_t> chunks, const char* codecs = kZstd) {
+    ArrayMetadata m;
+    m.shape = std::move(shape);
+    m.chunk_shape = std::move(chunks);
+    m.data_type = dtype;
+    m.codecs = nlohmann::json::parse(codecs);
+    return Array::create_blocking(*rt, store, path, m);
+  }
+};
+
+// An int32 array whose element (i, j) is i * 1000 + j - 5000, written whole.
+NdArray write_ints(TestServer& s, const std::string& path, std::vector<std::uint64_t> shape,
+                   std::vector<std::uint64_t> chunks, const char* codecs = kZstd) {
+  const Array a = s.create(path, DataTypeKind::int32, shape, std::move(chunks), codecs);
+  NdArray n{DataTypeKind::int32, shape, {}};
+  n.data.resize(n.num_elements() * 4);
+  auto v = n.as<std::int32_t>();
+  for (std::uint64_t i = 0; i < shape[0]; ++i)
+    for (std::uint64_t j = 0; j < shape[1]; ++j)
+      v[i * shape[1] + j] = static_cast<std::int32_t>(i * 1000 + j) - 5000;
+  a.write_blocking(Region::all(shape), n.data);
+  return n;
+}
+
+std::string as_string(const Bytes& b) { return {reinterpret_cast<const char*>(b.data()), b.size()}; }
+Bytes as_bytes(const std::string& s) { return to_bytes(std::as_bytes(std::span(s.data(), s.size()))); }
+
+// ---- the server as a program ---------------------------------------------------
+
+struct ServerProcess {
+  pid_t pid = -1;
+  unsigned short port = 0;
+  int out = -1;
+
+  explicit ServerProcess(const fs::path& root, std::vector<std::string> extra = {}) {
+    int fds[2];
+    REQUIRE(::pipe(fds) == 0);
+    std::vector<std::string> args{ZARRCORO_SERVER_EXE, "--root", root.string(), "--listen", "127.0.0.1:0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      ::dup2(fds[1], 1);
+      ::close(fds[0]);
+      ::close(fds[1]);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    ::close(fds[1]);
+    out = fds[0];
+    // "listening on http://127.0.0.1:PORT\n"
+    std::string line;
+    char c;
+    while (::read(out, &c, 1) == 1 && c != '\n') line += c;
+    const auto colon = line.rfind(':');
+    INFO("server said: " << line);
+    REQUIRE((line.starts_with("listening on ") && colon != std::string::npos));
+    port = static_cast<unsigned short>(std::stoi(line.substr(colon + 1)));
+  }
+  ~ServerProcess() {
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+    if (out >= 0) ::close(out);
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port); }
+  // Sends `sig` and returns the exit status (-1 if it did not exit within `limit`).
+  int stop(int sig, std::chrono::milliseconds limit = 15s) {
+    ::kill(pid, sig);
+    const auto until = std::chrono::steady_clock::now() + limit;
+    int status = 0;
+    while (std::chrono::steady_clock::now() < until) {
+      if (::waitpid(pid, &status, WNOHANG) == pid) {
+        pid = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    return -1;
+  }
+};
+
+struct Run {
+  int code = -1;
+  std::string out;
+};
+
+// Runs a shell command line, capturing stdout and stderr together.
+Run run(const std::string& command) {
+  Run r;
+  FILE* p = ::popen((command + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int status = ::pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+bool have(const std::string& command) { return run("command -v " + command + " >/dev/null").code == 0; }
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Pure helpers.
+
+TEST_CASE("server: Range headers resolve as RFC 9110 says") {
+  using K = server::RangeResult::Kind;
+  auto r = server::resolve_range("bytes=2-5", 10);
+  CHECK((r.kind == K::partial && r.first == 2 && r.last == 5));
+  r = server::resolve_range("bytes=7-", 10);
+  CHECK((r.kind == K::partial && r.first == 7 && r.last == 9));
+  r = server::resolve_range("bytes=-3", 10);
+  CHECK((r.kind == K::partial && r.first == 7 && r.last == 9));
+  r = server::resolve_range("bytes=-30", 10);  // longer suffix: the whole value
+  CHECK((r.kind == K::partial && r.first == 0 && r.last == 9));
+  r = server::resolve_range("bytes=5-900", 10);  // clipped
+  CHECK((r.kind == K::partial && r.first == 5 && r.last == 9));
+  r = server::resolve_range("BYTES=0-0", 10);
+  CHECK((r.kind == K::partial && r.first == 0 && r.last == 0));
+  CHECK(server::resolve_range("bytes=10-", 10).kind == K::unsatisfiable);
+  CHECK(server::resolve_range("bytes=-0", 10).kind == K::unsatisfiable);
+  CHECK(server::resolve_range("bytes=0-", 0).kind == K::unsatisfiable);
+  CHECK(server::resolve_range("bytes=5-2", 10).kind == K::malformed);
+  CHECK(server::resolve_range("bytes=x-2", 10).kind == K::malformed);
+  CHECK(server::resolve_range("bytes=+1-2", 10).kind == K::malformed);
+  CHECK(server::resolve_range("bytes=1", 10).kind == K::malformed);
+  CHECK(server::resolve_range("bytes=99999999999999999999999-", 10).kind == K::malformed);
+  CHECK(server::resolve_range("bytes=0-1,4-5", 10).kind == K::none);  // several: the whole value
+  CHECK(server::resolve_range("items=0-1", 10).kind == K::none);
+}
+
+TEST_CASE("server: targets and queries decode strictly") {
+  auto t = server::parse_target("/a%2Fb/c?region=0%3A2&format=raw");
+  REQUIRE(t);
+  CHECK(t->path == "a/b/c");
+  auto q = server::parse_query(t->query);
+  REQUIRE(q);
+  CHECK(*q == server::Params{{"region", "0:2"}, {"format", "raw"}});
+  CHECK(server::parse_target("/%2e%2e/x")->path == "../x");  // decoded, then refused as a key
+  CHECK_FALSE(server::parse_target("http://host/a"));
+  CHECK_FALSE(server::parse_target("*"));
+  CHECK_FALSE(server::parse_target("/a%zz"));
+  CHECK_FALSE(server::parse_target("/a%2"));
+  CHECK_FALSE(server::parse_target("/a%00b"));
+}
+
+TEST_CASE("server: the npy header matches encode_npy for every data type") {
+  for (auto kind : {DataTypeKind::bool_, DataTypeKind::int8, DataTypeKind::int16, DataTypeKind::int32,
+                    DataTypeKind::int64, DataTypeKind::uint8, DataTypeKind::uint16, DataTypeKind::uint32,
+                    DataTypeKind::uint64, DataTypeKind::float16, DataTypeKind::float32, DataTypeKind::float64,
+                    DataTypeKind::complex64, DataTypeKind::complex128}) {
+    for (const std::vector<std::uint64_t>& shape :
+         {std::vector<std::uint64_t>{}, {3}, {2, 5}, {1, 2, 3, 4}}) {
+      NdArray a{kind, shape, {}};
+      a.data.resize(a.num_elements() * a.dtype.size());
+      const Bytes npy = encode_npy(a);
+      const std::string header = server::npy_header(kind, shape);
+      INFO(DataType(kind).name() << " rank " << shape.size());
+      CHECK(as_string(npy).substr(0, npy.size() - a.data.size()) == header);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Store keys.
+
+TEST_CASE("server: GET and HEAD of keys, with ranges, validators and keep-alive") {
+  TestServer s;
+  const std::string data = pattern();
+  write_file(s.root() / "a.zarr" / "c" / "0" / "1", data);
+  write_file(s.root() / "a.zarr" / "zarr.json", R"({"zarr_format": 3})");
+  Client c(s.port());  // every request below reuses this connection
+
+  auto r = c.get("/a.zarr/c/0/1");
+  CHECK(r.result_int() == 200);
+  CHECK(r.body() == data);
+  CHECK(r[http::field::content_length] == "1000");
+  CHECK(r[http::field::content_type] == "application/octet-stream");
+  CHECK(r[http::field::accept_ranges] == "bytes");
+  CHECK(r[http::field::access_control_allow_origin] == "*");
+  const std::string etag(r[http::field::etag]);
+  CHECK(etag.size() > 2);
+  CHECK(r[http::field::last_modified].ends_with(" GMT"));
+  CHECK(r.keep_alive());
+
+  r = c.get("/a.zarr/zarr.json");
+  CHECK(r.body() == R"({"zarr_format": 3})");
+  CHECK(r[http::field::content_type] == "application/json");
+
+  r = c.get("/a.zarr/c/0/1", {}, "HEAD");
+  CHECK(r.result_int() == 200);
+  CHECK(r[http::field::content_length] == "1000");
+  CHECK(r.body().empty());
+  CHECK(r[http::field::etag] == etag);
+
+  struct Case {
+    std::string range;
+    unsigned status;
+    std::size_t first, length;  // of `data`, for 206
+  };
+  for (const Case& k : {Case{"bytes=0-0", 206, 0, 1}, Case{"bytes=2-5", 206, 2, 4}, Case{"bytes=990-", 206, 990, 10},
+                        Case{"bytes=-7", 206, 993, 7}, Case{"bytes=-5000", 206, 0, 1000},
+                        Case{"bytes=500-99999", 206, 500, 500}, Case{"bytes=999-999", 206, 999, 1},
+                        Case{"bytes=0-1,5-6", 200, 0, 1000}, Case{"lines=1-2", 200, 0, 1000}}) {
+    INFO(k.range);
+    r = c.get("/a.zarr/c/0/1", {{"Range", k.range}});
+    CHECK(r.result_int() == k.status);
+    CHECK(r.body() == data.substr(k.first, k.length));
+    CHECK(r[http::field::content_length] == std::to_string(k.length));
+    if (k.status == 206)
+      CHECK(r[http::field::content_range] ==
+            "bytes " + std::to_string(k.first) + "-" + std::to_string(k.first + k.length - 1) + "/1000");
+    r = c.get("/a.zarr/c/0/1", {{"Range", k.range}}, "HEAD");
+    CHECK(r.result_int() == k.status);
+    CHECK(r[http::field::content_length] == std::to_string(k.length));
+  }
+  for (const char* bad : {"bytes=1000-", "bytes=5000-6000", "bytes=-0", "bytes=5-2", "bytes=abc", "bytes=1"}) {
+    INFO(bad);
+    r = c.get("/a.zarr/c/0/1", {{"Range", bad}});
+    CHECK(r.result_int() == 416);
+    CHECK(r[http::field::content_range] == "bytes */1000");
+    CHECK_FALSE(r.body().empty());
+  }
+
+  r = c.get("/a.zarr/c/0/1", {{"If-None-Match", etag}});
+  CHECK(r.result_int() == 304);
+  CHECK(r.body().empty());
+  r = c.get("/a.zarr/c/0/1", {{"If-None-Match", "\"other\", W/" + etag}});
+  CHECK(r.result_int() == 304);
+  r = c.get("/a.zarr/c/0/1", {{"If-None-Match", "\"other\""}});
+  CHECK(r.result_int() == 200);
+  CHECK(r.body() == data);
+
+  write_file(s.root() / "empty", "");
+  r = c.get("/empty");
+  CHECK(r.result_int() == 200);
+  CHECK(r.body().empty());
+  r = c.get("/empty", {{"Range", "bytes=0-"}});
+  CHECK(r.result_int() == 416);
+
+  r = c.get("/a.zarr/c/0/1", {{"Origin", "http://example.org"}, {"Access-Control-Request-Method", "GET"},
+                               {"Access-Control-Request-Headers", "range"}},
+            "OPTIONS");
+  CHECK(r.result_int() == 204);
+  CHECK(r[http::field::access_control_allow_origin] == "*");
+  CHECK(std::string(r[http::field::access_control_allow_methods]).find("GET") != std::string::npos);
+  CHECK(r[http::field::access_control_allow_headers] == "range");
+  CHECK(std::string(r[http::field::access_control_expose_headers]).find("Content-Range") != std::string::npos);
+
+  r = c.get("/a.zarr/c/0/1");  // still the same connection
+  CHECK(r.body() == data);
+}
+
+TEST_CASE("server: missing keys are 404 and nothing outside the root is served") {
+  TempDir outside;
+  write_file(outside.path / "secret", "SECRET-BYTES");
+  fs::create_directories(outside.path / "dir");
+  write_file(outside.path / "dir" / "zarr.json", "SECRET-BYTES");
+  TestServer s;
+  write_file(s.root() / "inside" / "file", "inside");
+  fs::create_symlink(outside.path / "secret", s.root() / "link_out");
+  fs::create_symlink(outside.path / "dir", s.root() / "dir_out");
+  fs::create_symlink(s.root() / "inside" / "file", s.root() / "link_in");
+  // A root that is itself below another directory with a "secret" sibling.
+  write_file(s.root().parent_path() / ("sibling_" + s.root().filename().string()), "SECRET-BYTES");
+
+  CHECK(get(s.port(), "/nope").result_int() == 404);
+  CHECK(get(s.port(), "/inside/nope/deeper").result_int() == 404);
+  CHECK(get(s.port(), "/inside").result_int() == 404);  // a directory
+  CHECK(get(s.port(), "/").result_int() == 404);
+  CHECK(get(s.port(), "/nope", {}, "HEAD").result_int() == 404);
+  CHECK(get(s.port(), "/nope", {{"Range", "bytes=0-1"}}).result_int() == 404);
+  CHECK(get(s.port(), "/link_in").body() == "inside");  // symlinks inside the root are fine
+
+  const std::string sibling = "sibling_" + s.root().filename().string();
+  for (const std::string& target : std::vector<std::string>{"/link_out", "/dir_out/zarr.json", "/../" + sibling, "/inside/../../" + sibling, "/%2e%2e/" + sibling,
+        "/%2E%2E/" + sibling, "/inside/%2e%2e/%2e%2e/" + sibling, "/..%2f" + sibling, "/%2e%2e%2f" + sibling,
+        "//etc/passwd", "/%2fetc/passwd", "/./inside/file", "/inside//file", "/inside/file%00",
+        "/api/v1/%2e%2e/info", "/api/v1/dir_out/info", "/api/v1/dir_out?region=0"}) {
+    for (const char* method : {"GET", "HEAD"}) {
+      INFO(method << " " << target);
+      const auto r = raw(s.port(), std::string(method) + " " + target + " HTTP/1.1\r\nHost: x\r\n\r\n");
+      REQUIRE(r);
+      CHECK((r->result_int() == 400 || r->result_int() == 404));
+      CHECK(r->body().find("SECRET") == std::string::npos);
+      CHECK(r->find(http::field::content_range) == r->end());
+    }
+    const auto r = raw(s.port(), "GET " + target + " HTTP/1.1\r\nHost: x\r\nRange: bytes=-100000\r\n\r\n");
+    REQUIRE(r);
+    CHECK((r->result_int() == 400 || r->result_int() == 404));
+  }
+  // Absolute-form and asterisk targets are not paths under the root.
+  for (const char* target : {"http://x/etc/passwd", "*", "etc/passwd"}) {
+    INFO(target);
+    const auto r = raw(s.port(), std::string("GET ") + target + " HTTP/1.1\r\nHost: x\r\n\r\n");
+    REQUIRE(r);
+    CHECK(r->result_int() == 400);
+  }
+  CHECK(get(s.port(), "/healthz").result_int() == 200);
+}
+
+TEST_CASE("server: malformed and oversized requests get a 4xx and the server stays up") {
+  server::ServerOptions opt;
+  opt.max_body_bytes = 1024;
+  TestServer s(opt);
+  write_file(s.root() / "k", "value");
+  struct Case {
+    std::string request;
+    unsigned status;
+  };
+  const std::string big_header = "GET /k HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(9000, 'a') + "\r\n\r\n";
+  std::string many_headers = "GET /k HTTP/1.1\r\nHost: x\r\n";
+  for (int i = 0; i < 1000; ++i) many_headers += "X-" + std::to_string(i) + ": v\r\n";
+  many_headers += "\r\n";
+  for (const Case& k : {
+           Case{"HELLO\r\n\r\n", 400},
+           Case{"GET /k HTTP/1.1 extra\r\n\r\n", 400},
+           Case{"GET /k HTTP/7.5\r\nHost: x\r\n\r\n", 400},
+           Case{"GET /k HTTP/1.1\r\nBad Header\r\n\r\n", 400},
+           Case{"GET /k HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello", 400},
+           Case{"GET /k HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 400},
+           Case{"GET /k HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400},
+           Case{big_header, 431},
+           Case{many_headers, 431},
+           Case{"GET /k HTTP/1.1\r\nContent-Length: 5000\r\n\r\n" + std::string(5000, 'b'), 413},
+           Case{"POST /k HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc", 405},
+           Case{"DELETE /k HTTP/1.1\r\n\r\n", 405},
+           Case{"PUT /k HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc", 405},
+       }) {
+    INFO(k.request.substr(0, 60));
+    const auto r = raw(s.port(), k.request);
+    REQUIRE(r);
+    CHECK(r->result_int() == k.status);
+    CHECK_FALSE(r->body().empty());
+    CHECK(r->body().size() < 200);  // a short reason
+    CHECK(get(s.port(), "/k").body() == "value");
+  }
+  // A small body on a GET is read and ignored; the connection stays usable.
+  Client c(s.port());
+  c.send("GET /k HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nbody");
+  CHECK(c.read().body() == "value");
+  CHECK(c.get("/k").body() == "value");
+  // HTTP/1.0 without keep-alive: answered, then closed.
+  Client old(s.port());
+  old.send("GET /k HTTP/1.0\r\n\r\n");
+  CHECK(old.read().body() == "value");
+  CHECK(old.closed_within(2s));
+  // Pipelined requests are answered in order.
+  Client p(s.port());
+  p.send("GET /k HTTP/1.1\r\nHost: x\r\n\r\nGET /nope HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\n\r\n");
+  CHECK(p.read().result_int() == 200);
+  CHECK(p.read().result_int() == 404);
+  CHECK(p.read().body() == "ok\n");
+}
+
+// ---------------------------------------------------------------------------
+// The slice and info API.
+
+TEST_CASE("server: slices are the array's exact values, as npy and raw") {
+  TestServer s;
+  const NdArray ints = write_ints(s, "data/ints", {37, 23}, {8, 5});
+  const Array a = Array::open_blocking(*s.rt, s.store, "data/ints");
+  s.rt->reset_stats();
+
+  for (const std::string region : {"3:20,4:17", "", ":,:", "0:37,0:23", "36,22", "5,:", "0:0,0:5", "10:11,3:4"}) {
+    INFO("region " << region);
+    const Region r = Region::parse(region, a.shape());
+    const NdArray expected = a.read_blocking(r);
+    auto npy = get(s.port(), "/api/v1/data/ints?region=" + region);
+    REQUIRE(npy.result_int() == 200);
+    CHECK(npy.body() == as_string(encode_npy(expected)));
+    const NdArray parsed = parse_npy(as_bytes(npy.body()));
+    CHECK(parsed.shape == r.shape());
+    CHECK(parsed.data == expected.data);
+    auto rawr = get(s.port(), "/api/v1/data/ints?format=raw&region=" + region);
+    REQUIRE(rawr.result_int() == 200);
+    CHECK(rawr.body() == as_string(expected.data));
+    std::string shape;
+    for (auto d : r.shape()) shape += (shape.empty() ? "" : ",") + std::to_string(d);
+    CHECK(rawr["X-Shape"] == shape);
+    CHECK(rawr["X-Dtype"] == "int32");
+  }
+  // Element values, independently of read_blocking.
+  auto r = get(s.port(), "/api/v1/data/ints?format=raw&region=30:32,20:23");
+  REQUIRE(r.body().size() == 6 * 4);
+  std::vector<std::int32_t> v(6);
+  std::memcpy(v.data(), r.body().data(), 24);
+  CHECK(v == std::vector<std::int32_t>{25020, 25021, 25022, 26020, 26021, 26022});
+  // Encoded region separators work too.
+  CHECK(get(s.port(), "/api/v1/data/ints?format=raw&region=30%3A32%2C20%3A23").body() == r.body());
+  // HEAD: the length without the body.
+  r = get(s.port(), "/api/v1/data/ints?format=raw&region=0:2,0:3", {}, "HEAD");
+  CHECK(r.result_int() == 200);
+  CHECK(r[http::field::content_length] == "24");
+
+  // Decoding ran in the codec pool, in batches, never on the I/O thread.
+  const auto st = s.rt->stats();
+  CHECK(st.pool_submissions > 0);
+  CHECK(st.codec_calls > 0);
+  CHECK(st.codec_calls_on_io_thread == 0);
+
+  // Other data types and a 1-d array at the root of the served directory.
+  const Array f = s.create("f64", DataTypeKind::float64, {100}, {7});
+  std::vector<double> fv(100);
+  for (int i = 0; i < 100; ++i) fv[i] = i * 0.1 - 3.0;
+  f.write_blocking(Region::all(f.shape()), std::as_bytes(std::span(fv)));
+  r = get(s.port(), "/api/v1/f64?region=5:50");
+  REQUIRE(r.result_int() == 200);
+  const NdArray got = parse_npy(as_bytes(r.body()));
+  REQUIRE(got.num_elements() == 45);
+  for (int i = 0; i < 45; ++i) CHECK(got.as<double>()[i] == fv[5 + i]);
+}
+
+TEST_CASE("server: bad, out-of-bounds and absurd regions are 4xx with a reason") {
+  server::ServerOptions opt;
+  opt.max_response_bytes = 1 << 20;
+  TestServer s(opt);
+  write_ints(s, "ints", {37, 23}, {8, 5});
+  s.create("huge", DataTypeKind::float64, {std::uint64_t{1} << 40, std::uint64_t{1} << 40}, {1024, 1024});
+  s.create("cube", DataTypeKind::int8, {std::uint64_t{1} << 62, std::uint64_t{1} << 62, 1 << 20}, {1, 1, 1});
+  struct Case {
+    std::string target;
+    unsigned status;
+    std::string says;
+  };
+  for (const Case& k : {
+           Case{"/api/v1/ints?region=0:38,0:5", 400, "outside"},
+           Case{"/api/v1/ints?region=5:3,0:5", 400, "outside"},
+           Case{"/api/v1/ints?region=0:5", 400, "dimensions"},
+           Case{"/api/v1/ints?region=0:5,0:5,0:1", 400, "dimensions"},
+           Case{"/api/v1/ints?region=a:b,0:5", 400, "integer"},
+           Case{"/api/v1/ints?region=-1:5,0:5", 400, "integer"},
+           Case{"/api/v1/ints?region=99999999999999999999999:1,0:1", 400, "integer"},
+           Case{"/api/v1/ints?format=xml", 400, "format"},
+           Case{"/api/v1/ints?regoin=0:1,0:1", 400, "unknown parameter"},
+           Case{"/api/v1/ints?region=%zz", 400, "malformed"},
+           Case{"/api/v1/huge", 400, "too large"},
+           Case{"/api/v1/huge?region=0:100,0:1000", 200, ""},
+           Case{"/api/v1/huge?region=0:1024,0:1024", 400, "too large"},
+           Case{"/api/v1/cube", 400, "too large"},
+           Case{"/api/v1/nothing?region=0", 404, "no array"},
+           Case{"/api/v1/nothing/info", 404, ""},
+           Case{"/api/v1/ints/c?region=0", 404, ""},
+       }) {
+    INFO(k.target);
+    const auto r = get(s.port(), k.target);
+    CHECK(r.result_int() == k.status);
+    if (k.status != 200) {
+      CHECK(r.body().size() < 400);
+      CHECK(r.body().find(k.says) != std::string::npos);
+    }
+  }
+  CHECK(get(s.port(), "/healthz").result_int() == 200);
+}
+
+TEST_CASE("server: info is the JSON of `zarrcoro info`") {
+  TestServer s;
+  write_ints(s, "g/ints", {37, 23}, {8, 5});
+  Group::create_blocking(*s.rt, s.store, "g", {{"title", "a group"}});
+  Group::create_blocking(*s.rt, s.store, "", {{"root", true}});
+  fs::create_directories(s.root() / "g" / "not_a_node");
+  auto expect = [&](const std::string& path) {
+    std::vector<std::string> children;
+    for (const auto& e : fs::directory_iterator(s.root() / path))
+      if (e.is_directory()) children.push_back(e.path().filename().string());
+    std::sort(children.begin(), children.end());
+    auto j = asio::co_spawn(s.io, node_info(*s.rt, s.store, path, children), asio::use_future).get();
+    return j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+  };
+  auto r = get(s.port(), "/api/v1/g/ints/info");
+  CHECK(r.result_int() == 200);
+  CHECK(r[http::field::content_type] == "application/json");
+  CHECK(r.body() == expect("g/ints"));
+  CHECK(nlohmann::json::parse(r.body())["shape"] == std::vector<int>{37, 23});
+  r = get(s.port(), "/api/v1/g/info");
+  CHECK(r.body() == expect("g"));
+  CHECK(nlohmann::json::parse(r.body())["children"].size() == 1);
+  r = get(s.port(), "/api/v1/info");
+  CHECK(r.body() == expect(""));
+  CHECK(nlohmann::json::parse(r.body())["children"][0]["name"] == "g");
+  write_file(s.root() / "bad" / "zarr.json", R"({"zarr_format": 3, "node_type": "table"})");
+  r = get(s.port(), "/api/v1/bad/info");
+  CHECK(r.result_int() == 500);
+  CHECK(r.body().find("node_type") != std::string::npos);
+}
+
+TEST_CASE("server: metrics count requests by route and status, and show the loop and the pool") {
+  TestServer s;
+  write_ints(s, "ints", {37, 23}, {8, 5});
+  write_file(s.root() / "k", "value");
+  CHECK(get(s.port(), "/k").result_int() == 200);
+  CHECK(get(s.port(), "/k").result_int() == 200);
+  CHECK(get(s.port(), "/missing").result_int() == 404);
+  CHECK(get(s.port(), "/api/v1/ints?region=0:10,0:10").result_int() == 200);
+  CHECK(get(s.port(), "/healthz").body() == "ok\n");
+  std::this_thread::sleep_for(30ms);  // a few loop-lag samples
+  const auto r = get(s.port(), "/metrics");
+  CHECK(r.result_int() == 200);
+  CHECK(r[http::field::content_type].starts_with("text/plain; version=0.0.4"));
+  const std::string& m = r.body();
+  INFO(m);
+  for (const char* line : {
+           "zarrcoro_http_requests_total{route=\"key\",status=\"200\"} 2\n",
+           "zarrcoro_http_requests_total{route=\"key\",status=\"404\"} 1\n",
+           "zarrcoro_http_requests_total{route=\"slice\",status=\"200\"} 1\n",
+           "zarrcoro_http_requests_total{route=\"healthz\",status=\"200\"} 1\n",
+           "zarrcoro_http_requests_in_flight 1\n",  // this one
+           "zarrcoro_codec_calls_on_io_thread_total 0\n",
+           "# TYPE zarrcoro_http_response_bytes_total counter\n",
+           "# TYPE zarrcoro_codec_pool_submissions_total counter\n",
+           "# TYPE zarrcoro_codec_pool_queue_depth gauge\n",
+           "zarrcoro_io_loop_lag_seconds{quantile=\"0.5\"} ",
+           "zarrcoro_io_loop_lag_seconds{quantile=\"0.99\"} ",
+           "zarrcoro_io_loop_lag_seconds{quantile=\"1\"} ",
+       })
+    CHECK(m.find(line) != std::string::npos);
+  CHECK(m.find("zarrcoro_codec_pool_submissions_total 0\n") == std::string::npos);
+  CHECK(m.find("zarrcoro_http_response_bytes_total 0\n") == std::string::npos);
+  // Every sample line is "name{labels} number".
+  std::istringstream lines(m);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.starts_with("#")) continue;
+    const auto space = line.rfind(' ');
+    REQUIRE(space != std::string::npos);
+    CHECK_NOTHROW(std::stod(line.substr(space + 1)));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Slow clients and limits.
+
+TEST_CASE("server: slow clients time out; the connection cap holds") {
+  server::ServerOptions opt;
+  opt.header_timeout = 300ms;
+  opt.body_timeout = 300ms;
+  opt.idle_timeout = 300ms;
+  opt.max_connections = 4;
+  TestServer s(opt);
+  write_file(s.root() / "k", "value");
+
+  SECTION("a header that never ends (slowloris)") {
+    Client c(s.port());
+    c.send("GET /k HTTP/1.1\r\nHost: x\r\n");
+    for (int i = 0; i < 3; ++i) {  // trickling bytes does not extend the deadline
+      std::this_thread::sleep_for(80ms);
+      c.send("X-A: b\r\n");
+    }
+    CHECK(c.closed_within(2s));
+  }
+  SECTION("a body that never arrives") {
+    Client c(s.port());
+    c.send("GET /k HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nonly some");
+    CHECK(c.closed_within(2s));
+  }
+  SECTION("an idle keep-alive connection") {
+    Client c(s.port());
+    CHECK(c.get("/k").body() == "value");
+    std::this_thread::sleep_for(100ms);
+    CHECK(c.get("/k").body() == "value");  // within the idle timeout: still open
+    CHECK(c.closed_within(2s));
+  }
+  SECTION("a connection that never sends anything") {
+    Client c(s.port());
+    CHECK(c.closed_within(2s));
+    const auto m = get(s.port(), "/metrics").body();
+    CHECK(m.find("zarrcoro_http_timeouts_total 1\n") != std::string::npos);
+  }
+  SECTION("more connections than the cap") {
+    std::vector<std::unique_ptr<Client>> held;
+    for (int i = 0; i < 4; ++i) {
+      held.push_back(std::make_unique<Client>(s.port()));
+      held.back()->send("GET /k HTTP/1.1\r\nHost: x\r\n");  // busy, not idle
+    }
+    std::this_thread::sleep_for(50ms);
+    const auto r = raw(s.port(), "GET /k HTTP/1.1\r\nHost: x\r\n\r\n");
+    REQUIRE(r);
+    CHECK(r->result_int() == 503);
+    CHECK(r->body() == "too many connections\n");
+    held.clear();  // closed by us; the server notices
+    std::this_thread::sleep_for(100ms);
+    CHECK(get(s.port(), "/k").body() == "value");
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Graceful shutdown.
+
+TEST_CASE("server: shutdown closes idle connections, finishes requests in flight, then force-closes") {
+  server::ServerOptions opt;
+  opt.header_timeout = 10s;
+  opt.shutdown_deadline = 1500ms;
+  TestServer s(opt);
+  write_file(s.root() / "k", "value");
+
+  Client idle(s.port());
+  CHECK(idle.get("/k").body() == "value");
+  Client busy(s.port());
+  busy.send("GET /k HTTP/1.1\r\nHost: x\r\n");  // a request in flight: header half sent
+  std::this_thread::sleep_for(50ms);
+
+  std::promise<void> done;
+  auto finished = done.get_future();
+  s.srv->shutdown([&] { done.set_value(); });
+  CHECK(idle.closed_within(1s));  // idle: closed at once
+  // New connections are refused.
+  std::this_thread::sleep_for(50ms);
+  boost::system::error_code ec;
+  {
+    asio::io_context io;
+    tcp::socket sock(io);
+    sock.connect({asio::ip::make_address("127.0.0.1"), s.port()}, ec);
+  }
+  CHECK(ec);
+  // The request in flight completes, with Connection: close.
+  busy.send("\r\n");
+  auto r = busy.read();
+  CHECK(r.body() == "value");
+  CHECK_FALSE(r.keep_alive());
+  CHECK(finished.wait_for(2s) == std::future_status::ready);
+  s.stopped = true;
+  s.io.stop();
+  s.thread.join();
+}
+
+TEST_CASE("server: shutdown force-closes what remains at the deadline") {
+  server::ServerOptions opt;
+  opt.header_timeout = 30s;
+  opt.shutdown_deadline = 300ms;
+  TestServer s(opt);
+  Client stuck(s.port());
+  stuck.send("GET /k HTTP/1.1\r\nHost: x\r\n");  // never finishes its header
+  std::this_thread::sleep_for(50ms);
+  const auto took = s.stop();
+  CHECK(took >= 250ms);
+  CHECK(took < 3s);
+  CHECK(stuck.closed_within(1s));
+}
+
+TEST_CASE("server: the program stops gracefully on SIGTERM and SIGINT and exits 0") {
+  for (int sig : {SIGTERM, SIGINT}) {
+    TempDir root;
+    write_file(root.path / "k", "value");
+    ServerProcess p(root.path, {"--access-log"});
+    CHECK(get(p.port, "/k").body() == "value");
+    Client idle(p.port);
+    CHECK(idle.get("/healthz").body() == "ok\n");
+    CHECK(p.stop(sig) == 0);
+    CHECK(idle.closed_within(1s));
+  }
+  TempDir root;
+  CHECK(run(std::string(ZARRCORO_SERVER_EXE) + " --root " + quote((root.path / "absent").string())).code == 2);
+  CHECK(run(std::string(ZARRCORO_SERVER_EXE) + " --root " + quote(root.path.string()) + " --listen nonsense").code ==
+        2);
+}
+
+// ---------------------------------------------------------------------------
+// Real clients.
+
+TEST_CASE("server: curl range requests return the exact bytes") {
+  if (!have("curl")) CLIENT_MISSING("curl is not installed");
+  TempDir root, out;
+  const std::string data = pattern(5000);
+  write_file(root.path / "a" / "c" / "0", data);
+  ServerProcess p(root.path);
+  const std::string url = p.url() + "/a/c/0";
+  struct Case {
+    const char* range;
+    std::size_t first, length;
+  };
+  for (const Case& k : {Case{"0-99", 0, 100}, Case{"4990-", 4990, 10}, Case{"-17", 4983, 17},
+                        Case{"1234-1234", 1234, 1}, Case{"4000-99999", 4000, 1000}}) {
+    INFO(k.range);
+    const fs::path file = out.path / "out";
+    const Run r = run("curl -sS -o " + quote(file.string()) + " -w '%{http_code}' -r " + k.range + " " + quote(url));
+    CHECK(r.out == "206");
+    CHECK(slurp(file) == data.substr(k.first, k.length));
+  }
+  const Run whole = run("curl -sS " + quote(url) + " | cmp - " + quote((root.path / "a" / "c" / "0").string()));
+  CHECK(whole.code == 0);
+  CHECK(run("curl -s -o /dev/null -w '%{http_code}' -r 6000-7000 " + quote(url)).out == "416");
+  CHECK(run("curl -s -o /dev/null -w '%{http_code}' " + quote(p.url() + "/a/c/1")).out == "404");
+  CHECK(run("curl -s -o /dev/null -w '%{http_code}' --path-as-is " + quote(p.url() + "/../../etc/passwd")).out ==
+        "400");
+  CHECK(p.stop(SIGTERM) == 0);
+}
+
+TEST_CASE("server: zarr-python 2.13 (fsspec HTTP) reads v2 arrays through the server exactly") {
+  const std::string python = "/usr/bin/python3";
+  if (!fs::exists(python)) CLIENT_MISSING(python << " is absent");
+  const Run probe = run(python + " -c 'import zarr, fsspec, aiohttp, requests, numcodecs; print(zarr.__version__)'");
+  if (probe.code != 0) CLIENT_MISSING("zarr-python with fsspec HTTP is not importable: " << probe.out);
+  TempDir root;
+  ServerProcess p(root.path);
+  const Run r = run(python + " " + quote((kSource / "tests" / "server" / "zarr_python_http.py").string()) + " " +
+                    quote(root.path.string()) + " " + quote(p.url()));
+  INFO(r.out);
+  CHECK(r.code == 0);
+  CHECK(r.out.find("ok zarr-python read ints") != std::string::npos);
+  CHECK(r.out.find("ok fsspec http bytes") != std::string::npos);
+  CHECK(p.stop(SIGTERM) == 0);
+}
+
+TEST_CASE("server: zarrita (FetchStore) reads v3 arrays through the server exactly") {
+  const fs::path modules = kSource / "tests" / "interop" / "node_modules";
+  if (!have("node")) CLIENT_MISSING("node is not installed");
+  if (!fs::exists(modules / "zarrita") || !fs::exists(modules / "@zarrita" / "storage"))
+    CLIENT_MISSING("zarrita is not installed (npm ci --prefix tests/interop)");
+  TestServer s;
+  nlohmann::json manifest;
+  auto add = [&](const std::string& path, const NdArray& a) {
+    std::vector<double> expected;
+    for (auto v : a.as<std::int32_t>()) expected.push_back(v);
+    manifest["arrays"].push_back({{"path", path}, {"shape", a.shape}, {"expected", expected}});
+  };
+  add("v3/ints", write_ints(s, "v3/ints", {37, 23}, {8, 5}));
+  add("v3/gzip", write_ints(s, "v3/gzip", {9, 4}, {4, 4},
+                            R"([{"name":"bytes","configuration":{"endian":"big"}},
+                                {"name":"gzip","configuration":{"level":5}}])"));
+  // Sharded: zarrita reads the shard index and inner chunks with Range requests.
+  add("v3/sharded", write_ints(s, "v3/sharded", {16, 20}, {8, 10},
+                               R"([{"name":"sharding_indexed","configuration":{"chunk_shape":[4,5],
+                                    "codecs":[{"name":"bytes","configuration":{"endian":"little"}},
+                                              {"name":"zstd","configuration":{"level":3,"checksum":false}}],
+                                    "index_codecs":[{"name":"bytes","configuration":{"endian":"little"}},
+                                                    {"name":"crc32c"}],
+                                    "index_location":"end"}}])"));
+  TempDir work;
+  std::ofstream(work.path / "manifest.json") << manifest.dump();
+  fs::create_directory_symlink(modules, work.path / "node_modules");
+  fs::copy_file(kSource / "tests" / "server" / "read_zarrita_http.mjs", work.path / "read.mjs");
+  const Run r = run("node " + quote((work.path / "read.mjs").string()) + " " +
+                    quote("http://127.0.0.1:" + std::to_string(s.port()) + "/") + " " +
+                    quote((work.path / "manifest.json").string()));
+  INFO(r.out);
+  CHECK(r.code == 0);
+  CHECK(r.out.find("ok v3/ints") != std::string::npos);
+  CHECK(r.out.find("ok v3/sharded") != std::string::npos);
+  const auto m = get(s.port(), "/metrics").body();
+  CHECK(m.find("zarrcoro_http_requests_total{route=\"key\",status=\"206\"}") != std::string::npos);
+}
+
+#endif  // ZARRCORO_SERVER_EXE
