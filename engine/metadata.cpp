@@ -382,7 +382,11 @@ json fill_value_to_json(const FillValue& fill, DataType dtype) {
     case K::float16:
     case K::float32:
     case K::float64: return float_to_json(f.data(), dtype.size());
-    case K::bytes: return detail::base64_encode(f);
+    case K::bytes: {  // trailing NULs are padding (null_terminated_bytes, NumPy "S")
+      std::size_t n = f.size();
+      while (n > 0 && f[n - 1] == std::byte{0}) --n;
+      return detail::base64_encode(ByteSpan(f.data(), n));
+    }
     case K::unicode: {
       std::u32string text(dtype.length(), U'\0');
       std::memcpy(text.data(), f.data(), f.size());
