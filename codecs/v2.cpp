@@ -5,6 +5,7 @@
 #include "codecs/v2.hpp"
 
 #include <initializer_list>
+#include <memory>
 #include <string>
 
 #include <zarrcoro/error.hpp>

@@ -84,10 +84,8 @@ std::string typestr(DataType t, ByteOrder order) {
 // NumPy's conversion of a number to a string type: its decimal text.
 std::string number_text(const json& j, const std::string& key) {
   if (j.is_number_integer()) return j.dump();
-  if (j.is_number_float() && std::isfinite(j.get<double>()) && std::floor(j.get<double>()) == j.get<double>()) {
-    std::string t = json(j.get<double>()).dump();  // "0.0"
-    return t;
-  }
+  if (j.is_number_float() && std::isfinite(j.get<double>()) && std::floor(j.get<double>()) == j.get<double>())
+    return j.dump();  // "0.0", as Python prints it
   bad(key, "fill_value", "expected a string, got " + j.dump());
 }
 
