@@ -41,6 +41,9 @@ struct Array::State {
   // address inner chunks by byte ranges.
   const codecs::ShardingCodec* shard = nullptr;
   Bytes fill;  // one element
+  // A v2 array whose fill_value is null has no fill: readers (zarr-python 2)
+  // leave missing chunks undefined, so every written chunk is stored.
+  bool store_fill_chunks = false;
 
   std::string chunk_key(std::span<const std::uint64_t> coords) const {
     return prefix + meta.chunk_key_encoding.encode(coords);
@@ -642,7 +645,7 @@ class WriteOp final : public ChunkOp {
       }
       detail::copy_box(in_.data(), region_shape_, p.out_start, chunk.data(), spec.shape, p.chunk_start,
                        p.shape, es);
-      if (detail::all_equal(chunk, st_->fill.data(), es)) {
+      if (!st_->store_fill_chunks && detail::all_equal(chunk, st_->fill.data(), es)) {
         t.erase = true;
         return;
       }
@@ -719,6 +722,7 @@ std::shared_ptr<Array::State> make_state(Runtime& rt, std::shared_ptr<Store> sto
   meta.validate(key);
   if (meta.fill_value.empty()) meta.fill_value.assign(meta.data_type.size(), std::byte{0});
   st->fill = meta.fill_value;
+  st->store_fill_chunks = meta.zarr_format == 2 && meta.v2 && meta.v2->fill_value_null;
   codecs::ArraySpec spec{meta.data_type, meta.chunk_shape, meta.fill_value};
   try {
     st->pipeline = codecs::CodecPipeline::from_json(detail::pipeline_codecs(meta), spec);

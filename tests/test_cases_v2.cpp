@@ -245,6 +245,19 @@ TEST_CASE("b07: fill_value null opens, missing chunks read as 0, and null is wri
   CHECK(j["shape"] == json::array({6}));
 }
 
+TEST_CASE("b07: with fill_value null, all-zero chunks are still stored", "[cases][regression][v2]") {
+  // Regression: zero chunks were dropped as "equal to the fill value", but a
+  // null fill is no fill: zarr-python 2 reads missing chunks as undefined.
+  ZARRCORO_REQUIRE_SHARED(shared);
+  Case c(shared);
+  auto mem = std::make_shared<MemoryStore>();
+  Array a = Array::create_blocking(c.rt, mem, "", c.open("b07_null").metadata());
+  const std::vector<float> zeros(4, 0.0f);
+  a.write_blocking(Region::all(a.shape()), std::as_bytes(std::span(zeros)));
+  CHECK(c.get(*mem, "0").has_value());
+  CHECK(c.get(*mem, "1").has_value());
+}
+
 TEST_CASE("b08: order F chunks read transposed into C order, and writing gives the same chunk",
           "[cases][regression][v2]") {
   ZARRCORO_REQUIRE_SHARED(shared);
