@@ -34,6 +34,7 @@
 #include <zarrcoro/npy.hpp>
 #include <zarrcoro/runtime.hpp>
 #include <zarrcoro/store/filesystem.hpp>
+#include <zarrcoro/store/open.hpp>
 
 namespace fs = std::filesystem;
 namespace asio = boost::asio;
@@ -66,7 +67,11 @@ auto at(const fs::path& dir, F&& f) {
   }
 }
 
-std::shared_ptr<FilesystemStore> open_dir(Runtime& rt, const fs::path& dir, bool must_exist) {
+// PATH is a local directory, or a URL (file://, http(s)://, s3://bucket/prefix).
+bool is_remote(const fs::path& dir) { return is_url(dir.string()); }
+
+std::shared_ptr<Store> open_dir(Runtime& rt, const fs::path& dir, bool must_exist) {
+  if (is_remote(dir)) return open_store(dir.string(), rt.io_executor());
   std::error_code ec;
   if (must_exist && !fs::is_directory(dir, ec))
     throw Failure(quoted(dir) + (fs::exists(dir, ec) ? " is not a directory" : " does not exist"));
@@ -106,7 +111,7 @@ Node read_node(Runtime& rt, Store& store, const fs::path& dir) {
   return {3, j["node_type"].get<std::string>()};
 }
 
-Array open_array(Runtime& rt, const std::shared_ptr<FilesystemStore>& store, const fs::path& dir) {
+Array open_array(Runtime& rt, const std::shared_ptr<Store>& store, const fs::path& dir) {
   const auto type = read_node(rt, *store, dir).type;
   if (type != "array") throw Failure(quoted(dir) + " is a " + type + ", not an array");
   return at(dir, [&] { return Array::open_blocking(rt, store, ""); });
@@ -222,7 +227,7 @@ ojson v2_array_info(Runtime& rt, Store& store, const fs::path& dir) {
 }
 
 // `info` for a v2 group: attributes and the children holding a node.
-ojson v2_group_info(Runtime& rt, const std::shared_ptr<FilesystemStore>& store, const fs::path& dir,
+ojson v2_group_info(Runtime& rt, const std::shared_ptr<Store>& store, const fs::path& dir,
                     const std::vector<std::string>& subdirs) {
   const Group g = at(dir, [&] { return Group::open_blocking(rt, store, ""); });
   ojson children = ojson::array();
@@ -254,8 +259,14 @@ void cmd_info(const fs::path& dir) {
   auto store = open_dir(rt, dir, true);
   const Node node = read_node(rt, *store, dir);  // this tool's own messages for a missing or untyped node
   std::vector<std::string> subdirs;  // a group's candidate children
-  for (const auto& e : fs::directory_iterator(dir))
-    if (e.is_directory()) subdirs.push_back(e.path().filename().string());
+  if (is_remote(dir)) {
+    for (const auto& key : at(dir, [&] { return wait(rt, store->list("")); }))
+      if (auto slash = key.find('/'); slash != std::string::npos) subdirs.push_back(key.substr(0, slash));
+    subdirs.erase(std::unique(subdirs.begin(), subdirs.end()), subdirs.end());
+  } else {
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.is_directory()) subdirs.push_back(e.path().filename().string());
+  }
   std::sort(subdirs.begin(), subdirs.end());
   if (node.zarr_format == 2) print(node.type == "array" ? v2_array_info(rt, *store, dir) : v2_group_info(rt, store, dir, subdirs));
   else print(at(dir, [&] { return wait(rt, node_info(rt, store, "", subdirs)); }));
@@ -320,10 +331,13 @@ void cmd_import(const fs::path& in, const fs::path& dir, const ImportOptions& o)
   }
 
   std::error_code ec;
-  if (fs::exists(dir, ec) && !(fs::is_directory(dir, ec) && fs::is_empty(dir, ec)))
+  if (!is_remote(dir) && fs::exists(dir, ec) && !(fs::is_directory(dir, ec) && fs::is_empty(dir, ec)))
     throw Failure(quoted(dir) + " already exists and is not an empty directory; refusing to overwrite it");
   Runtime rt;
   auto store = open_dir(rt, dir, false);
+  if (is_remote(dir) && (at(dir, [&] { return wait(rt, store->exists("zarr.json")); }) ||
+                         at(dir, [&] { return wait(rt, store->exists(".zarray")); })))
+    throw Failure(quoted(dir) + " already holds an array; refusing to overwrite it");
   at(dir, [&] {
     const Array a = Array::create_blocking(rt, store, "", std::move(m));
     a.write_blocking(Region::all(a.shape()), data.data);
@@ -355,10 +369,10 @@ int main(int argc, char** argv) {
   ImportOptions imp;
 
   auto* info = app.add_subcommand("info", "Print a JSON summary of the array or group at PATH");
-  info->add_option("PATH", path, "Directory holding zarr.json, .zarray or .zgroup")->required();
+  info->add_option("PATH", path, "Directory (or file://, http(s)://, s3:// URL) holding zarr.json, .zarray or .zgroup")->required();
 
   auto* exp = app.add_subcommand("export", "Write (a region of) the array at PATH to a .npy file");
-  exp->add_option("PATH", path, "Directory holding the array's zarr.json or .zarray")->required();
+  exp->add_option("PATH", path, "Directory or URL holding the array's zarr.json or .zarray")->required();
   exp->add_option("OUT", npy, "The .npy file to write")->required();
   exp->add_option("--region", region, "Box to read, e.g. 0:10,5:20 (':' or empty = whole dimension)");
 
