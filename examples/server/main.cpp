@@ -6,14 +6,21 @@
 // connections (useful with --listen 127.0.0.1:0). SIGINT or SIGTERM stops it
 // gracefully (see Server::shutdown); it then exits 0. A bad option or root
 // exits 2 with one line on stderr.
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
+#include <latch>
+#include <memory>
 #include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/sinks/stdout_sinks.h>
@@ -26,12 +33,29 @@
 namespace asio = boost::asio;
 using namespace zarrcoro;
 
+// Lowers the scheduling priority of every codec pool thread by `nice`, so
+// that decoding yields the CPU to the I/O loop: health checks and key GETs
+// stay responsive while slices saturate the cores. One blocking task per
+// thread: each waits until all have started, so each lands on its own thread.
+void lower_codec_priority(Runtime& rt, int nice) {
+  const unsigned n = rt.codec_threads();
+  auto started = std::make_shared<std::latch>(n);  // shared: a task may still be waking when we return
+  for (unsigned i = 0; i < n; ++i)
+    asio::post(rt.codec_executor(), [started, nice] {
+      if (::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), nice) != 0)
+        spdlog::warn("cannot lower a codec thread's priority: {}", std::strerror(errno));
+      started->arrive_and_wait();
+    });
+  started->wait();
+}
+
 int main(int argc, char** argv) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("zarrcoro-server"));
   spdlog::set_level(spdlog::level::info);
 
   server::ServerOptions opt;
   unsigned io_threads = 1, codec_threads = 0;
+  int codec_nice = 10;
   double header_s = 10, body_s = 10, idle_s = 30, write_s = 30, shutdown_s = 10;
   std::uint64_t max_response_mib = 256, slice_memory_mib = 1024;
   bool verbose = false;
@@ -43,6 +67,9 @@ int main(int argc, char** argv) {
   app.add_option("--listen", opt.listen, "HOST:PORT to listen on (port 0: any free port)")->capture_default_str();
   app.add_option("--io-threads", io_threads, "Threads running the I/O loop")->check(CLI::Range(1u, 256u))->capture_default_str();
   app.add_option("--codec-threads", codec_threads, "Codec pool threads (0: one per core)")->capture_default_str();
+  app.add_option("--codec-nice", codec_nice, "Niceness added to codec threads (0: none)")
+      ->check(CLI::Range(0, 19))
+      ->capture_default_str();
   app.add_option("--max-connections", opt.max_connections, "Open connections; more get 503")->capture_default_str();
   app.add_option("--max-header-bytes", opt.max_header_bytes, "Request header size limit (431 over it)")->capture_default_str();
   app.add_option("--max-response-mib", max_response_mib, "Largest slice response, MiB (400 over it)")->capture_default_str();
@@ -81,6 +108,7 @@ int main(int argc, char** argv) {
     RuntimeOptions ro;
     ro.codec_threads = codec_threads;
     Runtime rt(io, ro);
+    if (codec_nice > 0) lower_codec_priority(rt, codec_nice);
     server::Server srv(rt, opt);
 
     asio::signal_set signals(io, SIGINT, SIGTERM);
