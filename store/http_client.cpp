@@ -10,12 +10,17 @@
 #include <random>
 #include <variant>
 
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/experimental/concurrent_channel.hpp>
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -373,7 +378,7 @@ awaitable<void> do_exchange(Stream* stream_ptr, Client::Conn* conn, const Reques
 SlotGuard::~SlotGuard() { pool->slots.try_send(error_code{}); }
 
 Client::Client(asio::any_io_executor io, HttpClientOptions options)
-    : io_(std::move(io)), options_(std::move(options)), tls_(asio::ssl::context::tls_client) {
+    : io_(asio::make_strand(io)), options_(std::move(options)), tls_(asio::ssl::context::tls_client) {
   options_.max_connections_per_host = std::max(1u, options_.max_connections_per_host);
   options_.max_attempts = std::max(1u, options_.max_attempts);
   error_code ec;
@@ -422,7 +427,8 @@ std::chrono::milliseconds Client::backoff(unsigned retry, const Response* respon
   return ms{pick(jitter_rng)};
 }
 
-awaitable<std::unique_ptr<Client::Conn>> Client::connect(Origin o, Attempt* out_ptr) {
+awaitable<std::unique_ptr<Client::Conn>> Client::connect(Origin o, Attempt* out_ptr,
+                                                         asio::any_io_executor strand) {
   Attempt& out = *out_ptr;
   using namespace asio::experimental::awaitable_operators;
   const auto deadline = Clock::now() + options_.connect_timeout;
@@ -439,8 +445,8 @@ awaitable<std::unique_ptr<Client::Conn>> Client::connect(Origin o, Attempt* out_
   if (!ec) {
     endpoints.emplace_back(address, o.port);
   } else {
-    tcp::resolver resolver(io_);
-    asio::steady_timer timer(io_, left());
+    tcp::resolver resolver(strand);
+    asio::steady_timer timer(strand, left());
     std::variant<tcp::resolver::results_type, std::monostate> found;
     try {
       found = co_await (resolver.async_resolve(host, std::to_string(o.port), use_awaitable) ||
@@ -459,8 +465,10 @@ awaitable<std::unique_ptr<Client::Conn>> Client::connect(Origin o, Attempt* out_
   }
 
   auto conn = std::make_unique<Conn>();
-  if (o.tls) conn->tls.emplace(io_, tls_);
-  else conn->plain.emplace(io_);
+  // The stream's timer handlers run on its strand, as does every operation
+  // on it (see attempt()): safe with several threads running the io_context.
+  if (o.tls) conn->tls.emplace(strand, tls_);
+  else conn->plain.emplace(strand);
   auto& stream = conn->tcp();
   stream.expires_after(left());
   co_await stream.async_connect(endpoints, asio::redirect_error(use_awaitable, ec));
@@ -499,35 +507,58 @@ awaitable<void> Client::exchange(Conn* conn, const Request* req, Attempt* out) {
   bytes_received_ += out->received;
 }
 
+namespace {
+
+// Destroys a connection on its strand, after any of its handlers (a timeout
+// handler may be about to close the socket): never concurrently with them.
+void discard(std::unique_ptr<Client::Conn> conn) {
+  if (!conn) return;
+  const auto strand = conn->tcp().get_executor();
+  asio::post(strand, [c = std::move(conn)]() mutable { c.reset(); });
+}
+
+}  // namespace
+
 awaitable<Client::Attempt> Client::attempt(const Request* req_ptr, HostPool* pool_ptr) {
   const Request& req = *req_ptr;
   HostPool& pool = *pool_ptr;
   for (int round = 0;; ++round) {
     Attempt out;
     std::unique_ptr<Conn> conn;
+    std::vector<std::unique_ptr<Conn>> expired;
     if (round == 0) {
       std::lock_guard lock(pool.mu);
       const auto now = Clock::now();
       // Drop connections idle too long: their server may have closed them.
-      std::erase_if(pool.idle, [&](const auto& c) { return now - c->idle_since > options_.idle_keepalive; });
+      for (auto& c : pool.idle)
+        if (now - c->idle_since > options_.idle_keepalive) expired.push_back(std::move(c));
+      std::erase(pool.idle, nullptr);
       if (!pool.idle.empty()) {
         conn = std::move(pool.idle.back());
         pool.idle.pop_back();
       }
     }
+    for (auto& c : expired) discard(std::move(c));
     const bool reused = conn != nullptr;
     if (!conn) {
-      conn = co_await connect(req.origin, &out);
+      // A new connection gets its own strand; connect and exchange run on it.
+      const asio::any_io_executor strand = asio::make_strand(io_);
+      conn = co_await asio::co_spawn(strand, connect(req.origin, &out, strand), use_awaitable);
       if (!conn) co_return out;
     }
     ++attempts_;
     if (reused) ++reused_;
-    co_await exchange(conn.get(), &req, &out);
+    co_await asio::co_spawn(conn->tcp().get_executor(), exchange(conn.get(), &req, &out), use_awaitable);
     if (out.ec && reused && !out.got_response && out.ec != beast::error::timeout) {
       // The server closed the pooled connection before this request reached
       // it; so are probably the other idle ones. Once more on a new one.
-      std::lock_guard lock(pool.mu);
-      pool.idle.clear();
+      std::vector<std::unique_ptr<Conn>> stale;
+      {
+        std::lock_guard lock(pool.mu);
+        stale.swap(pool.idle);
+      }
+      for (auto& c : stale) discard(std::move(c));
+      discard(std::move(conn));
       continue;
     }
     // Only a connection with nothing left over is reusable (a server that
@@ -537,11 +568,19 @@ awaitable<Client::Attempt> Client::attempt(const Request* req_ptr, HostPool* poo
       std::lock_guard lock(pool.mu);
       pool.idle.push_back(std::move(conn));
     }
+    discard(std::move(conn));
     co_return out;
   }
 }
 
 awaitable<Response> Client::send(Request request) {
+  // Every connection, timer and pool slot of this client lives on one strand;
+  // the request runs there too, so a timeout firing on another I/O thread
+  // never races with the coroutine that owns the connection.
+  co_return co_await asio::co_spawn(io_, send_on_strand(std::move(request)), use_awaitable);
+}
+
+awaitable<Response> Client::send_on_strand(Request request) {
   const auto self = shared_from_this();  // outlive the store if need be
   ++requests_;
   const auto pool = pool_for(request.origin);

@@ -9,8 +9,10 @@
 // std::make_shared.
 //
 // Sockets, timers and the resolver run on the executor given at construction
-// (the runtime's I/O executor); an awaiting coroutine resumes on its own
-// executor. The client never blocks a thread.
+// (the runtime's I/O executor), each connection on a strand of its own (its
+// I/O and its timeout handlers never run concurrently, however many threads
+// run the io_context); an awaiting coroutine resumes on its own executor.
+// The client never blocks a thread.
 //
 // send() makes up to max_attempts attempts with exponential backoff and
 // jitter. Retried: failures to resolve or connect, resets, timeouts (no
@@ -113,10 +115,12 @@ class Client : public std::enable_shared_from_this<Client> {
   struct Attempt;
 
  private:
+  awaitable<Response> send_on_strand(Request request);
   std::shared_ptr<HostPool> pool_for(const Origin& origin);
   // Coroutine parameters point into the awaiting frame.
   awaitable<Attempt> attempt(const Request* request, HostPool* pool);
-  awaitable<std::unique_ptr<Conn>> connect(Origin origin, Attempt* out);
+  awaitable<std::unique_ptr<Conn>> connect(Origin origin, Attempt* out,
+                                           boost::asio::any_io_executor strand);
   awaitable<void> exchange(Conn* conn, const Request* request, Attempt* out);
   std::chrono::milliseconds backoff(unsigned retry, const Response* response) const;
 
