@@ -964,6 +964,7 @@ TEST_CASE("server: zarr-python 2.13 (fsspec HTTP) reads v2 arrays through the se
   CHECK(r.code == 0);
   CHECK(r.out.find("ok zarr-python read ints") != std::string::npos);
   CHECK(r.out.find("ok fsspec http bytes") != std::string::npos);
+  CHECK(r.out.find("ok slice API nested/be") != std::string::npos);
   CHECK(p.stop(SIGTERM) == 0);
 }
 
