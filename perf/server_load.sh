@@ -112,12 +112,19 @@ start_server() {  # -> $SERVER_URL, $SERVER_PID
   "$SERVER" --root "$TMP/root" --listen 127.0.0.1:0 --io-threads 1 ${SERVER_ARGS:-} > "$TMP/server.out" 2> "$TMP/server.err" &
   SERVER_PID=$!
   PIDS+=("$SERVER_PID")
-  for _ in $(seq 100); do
+  for _ in $(seq 200); do
     grep -q "^listening on" "$TMP/server.out" 2>/dev/null && break
+    kill -0 "$SERVER_PID" 2>/dev/null || break
     sleep 0.05
   done
   SERVER_URL=$(sed -n 's/^listening on //p' "$TMP/server.out")
-  [ -n "$SERVER_URL" ] || { echo "server_load: the server did not start:" >&2; cat "$TMP/server.err" >&2; exit 1; }
+  if [ -z "$SERVER_URL" ]; then
+    local status=running
+    kill -0 "$SERVER_PID" 2>/dev/null || { wait "$SERVER_PID" && status=0 || status=$?; }
+    echo "server_load: the server did not start (status: $status):" >&2
+    cat "$TMP/server.out" "$TMP/server.err" >&2
+    exit 1
+  fi
 }
 stop_server() {
   kill -TERM "$SERVER_PID"
