@@ -4,8 +4,10 @@
 // Thread-safety: every method may be called concurrently from any thread and
 // any executor; the store's state after construction is immutable except
 // for its HTTP client (see HttpStore: a connection pool per host, bounded
-// requests in flight, retries with backoff). Destroy the store only after
-// its operations have completed.
+// requests in flight, retries with backoff). Payloads of 256 KiB or more are
+// hashed (SHA-256, or MD5 for Content-MD5) on two threads the store owns,
+// never on an I/O thread. Destroy the store only after its operations have
+// completed.
 //
 // Protocol: REST with AWS Signature Version 4 header authorization (region
 // and service "s3"), the payload signed (x-amz-content-sha256 = SHA-256 of
