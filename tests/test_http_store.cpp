@@ -18,11 +18,16 @@
 
 #include <catch2/catch.hpp>
 
+#include <nlohmann/json.hpp>
+
+#include <zarrcoro/array.hpp>
+#include <zarrcoro/runtime.hpp>
 #include <zarrcoro/store/filesystem.hpp>
 #include <zarrcoro/store/http.hpp>
 
 #include "fault_server.hpp"
 #include "store_conformance.hpp"
+#include "support.hpp"
 
 extern char** environ;
 
@@ -346,6 +351,52 @@ TEST_CASE("HttpStore over nginx: values, ranges, keep-alive, read-only errors", 
     HttpHarness unchecked(nginx.tls_url() + "/data/a.zarr", off);
     CHECK(unchecked.text("zarr.json") == "{}");
   }
+}
+
+TEST_CASE("HttpStore over nginx reads the shared fixtures exactly as the filesystem does",
+          "[http][nginx][fixtures]") {
+  REQUIRE_TOOL(on_path("nginx") && on_path("openssl"), "nginx (nginx-light) and openssl");
+  ZARRCORO_REQUIRE_SHARED(shared);
+  Nginx nginx;
+  nginx.www = shared / "fixtures";  // served read-only, as it is
+  REQUIRE(nginx.start());
+  Runtime rt({.codec_threads = 2});
+  int same = 0, same_error = 0;
+  for (const char* folder : {"zarrs", "zarrs_snapshot_data"}) {
+    const fs::path dir = shared / "fixtures" / folder;
+    if (!fs::exists(dir / "EXPECTED.json")) continue;
+    const auto expected = nlohmann::json::parse(std::ifstream(dir / "EXPECTED.json"));
+    auto local = std::make_shared<FilesystemStore>(rt.io_executor(), dir);
+    auto remote = std::make_shared<HttpStore>(rt.io_executor(), nginx.url() + "/" + folder);
+    for (const auto& [path, spec] : expected.items()) {
+      if (!fs::exists(dir / path / "zarr.json")) continue;
+      INFO(folder << "/" << path);
+      std::optional<NdArray> want;
+      std::optional<Errc> want_error;
+      try {
+        auto a = Array::open_blocking(rt, local, path);
+        want = a.read_blocking(Region::all(a.shape()));
+      } catch (const Error& e) {
+        want_error = e.code();
+      }
+      try {
+        auto a = Array::open_blocking(rt, remote, path);
+        const NdArray got = a.read_blocking(Region::all(a.shape()));
+        REQUIRE(want.has_value());
+        CHECK(got.shape == want->shape);
+        CHECK((got.data == want->data));
+        ++same;
+      } catch (const Error& e) {
+        INFO(e.what());
+        REQUIRE(want_error.has_value());
+        CHECK(e.code() == *want_error);
+        ++same_error;
+      }
+    }
+  }
+  WARN("fixtures read over HTTP: " << same << " identical to the filesystem, " << same_error
+                                   << " failing identically (unsupported)");
+  CHECK(same >= 50);
 }
 
 // ---------------------------------------------------------------------------
