@@ -337,7 +337,7 @@ TEST_CASE("HttpStore over nginx: values, ranges, keep-alive, read-only errors", 
       CHECK_THAT(e.what(), Catch::Contains("certificate verify failed"));
       CHECK_THAT(e.what(), Catch::Contains("self-signed") || Catch::Contains("self signed"));
     }
-    CHECK(Clock::now() - t0 < 2s);
+    CHECK(Clock::now() - t0 < 5s);
     CHECK(bad.http->stats().retries == 0);
 
     // A name the certificate does not carry.
@@ -548,7 +548,7 @@ TEST_CASE("HttpStore: stalls time out; no request hangs past its timeout", "[htt
     }
     const auto took = Clock::now() - t0;
     CHECK(took >= 3 * 250ms);
-    CHECK(took < 3 * 250ms + 2 * 40ms + 1500ms);
+    CHECK(took < 3 * 250ms + 2 * 40ms + 3000ms);  // generous for loaded CI machines
     CHECK(server.request_count() == 3);
   }
   SECTION("one stall, then an answer") {
@@ -560,14 +560,14 @@ TEST_CASE("HttpStore: stalls time out; no request hangs past its timeout", "[htt
 TEST_CASE("HttpStore: request_timeout bounds a slow attempt", "[http][faults]") {
   FaultServer server;
   server.put("/k", "v");
-  server.set_delay(3000ms);
+  server.set_delay(20000ms);
   auto o = fast(2);
   o.http.io_timeout = 10000ms;
   o.http.request_timeout = 300ms;
   HttpHarness h(server.url(), o);
   const auto t0 = Clock::now();
   CHECK_THROWS_WITH(h.get("k"), Catch::Contains("timed out"));
-  CHECK(Clock::now() - t0 < 2000ms);
+  CHECK(Clock::now() - t0 < 5000ms);  // 2 x 300 ms, not 2 x 20 s
 }
 
 TEST_CASE("HttpStore: random faults never give wrong data", "[http][faults]") {
@@ -715,5 +715,5 @@ TEST_CASE("HttpStore: nothing listening fails after the attempts, quickly", "[ht
     CHECK(e.key() == "k");
     CHECK_THAT(e.what(), Catch::Contains("cannot connect") && Catch::Contains("3 attempts"));
   }
-  CHECK(Clock::now() - t0 < 2s);
+  CHECK(Clock::now() - t0 < 5s);
 }

@@ -544,7 +544,7 @@ TEST_CASE("S3Store through a faulty proxy: retries succeed, data stays exact", "
     S3Harness s(t);
     const auto t0 = Clock::now();
     CHECK_THROWS_WITH(s.get("k"), Catch::Contains("timed out") && Catch::Contains("2 attempts"));
-    CHECK(Clock::now() - t0 < 2s);
+    CHECK(Clock::now() - t0 < 5s);  // 2 x 300 ms plus slack for loaded machines
     proxy.set_default(Fault::none);
   }
   h.cleanup();
