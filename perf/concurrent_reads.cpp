@@ -38,6 +38,7 @@
 
 #include <CLI/CLI.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/use_future.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <nlohmann/json.hpp>
@@ -47,6 +48,7 @@
 #include <zarrcoro/error.hpp>
 #include <zarrcoro/runtime.hpp>
 #include <zarrcoro/store/filesystem.hpp>
+#include <zarrcoro/store/open.hpp>
 #include <zarrcoro/store/memory.hpp>
 
 #include "perf_common.hpp"
@@ -95,6 +97,13 @@ std::string load_average() {
 
 // FilesystemStore options for the measured runs (--no-io-uring).
 FilesystemOptions g_fs_options;
+
+// The store holding the array: a directory (FilesystemStore with the measured
+// options), or a URL such as s3://bucket/prefix or http://host/path.
+std::shared_ptr<Store> open_root(Runtime& rt, const std::string& root) {
+  if (is_url(root)) return open_store(root, rt.io_executor());
+  return std::make_shared<FilesystemStore>(rt.io_executor(), root, g_fs_options);
+}
 
 // ---- temporary directory ---------------------------------------------------------
 
@@ -234,7 +243,7 @@ Dataset load_dataset(std::string name, const fs::path& root, std::uint64_t max_s
   o.codec_threads = 1;
   o.lag_probe_interval = 0us;
   Runtime rt(o);
-  auto store = std::make_shared<FilesystemStore>(rt.io_executor(), root);
+  auto store = open_root(rt, root.string());
   const Array arr = Array::open_blocking(rt, store, "");
   const ArrayMetadata& m = arr.metadata();
 
@@ -283,8 +292,11 @@ Dataset load_dataset(std::string name, const fs::path& root, std::uint64_t max_s
     const std::uint64_t step = std::max<std::uint64_t>(1, count / max_sample);
     for (std::uint64_t n = 0; n < count && ds.encoded_total < (std::uint64_t{512} << 20); n += step) {
       const fs::path file = root / arr.chunk_key(all_coords[n]);
-      if (auto b = read_file(file)) {
-        ds.files.push_back(file);
+      auto b = is_url(root.string())
+                   ? asio::co_spawn(rt.io_executor(), store->get(arr.chunk_key(all_coords[n])), asio::use_future).get()
+                   : read_file(file);
+      if (b) {
+        if (!is_url(root.string())) ds.files.push_back(file);
         ds.encoded_total += b->size();
         ds.decoded_total += ds.chunk_bytes;
         ds.encoded.push_back(std::move(*b));
@@ -859,7 +871,7 @@ int run(const Options& opt) {
       o.dispatch = d.value;
       o.lag_probe_interval = std::chrono::microseconds(opt.lag_probe_us);
       Runtime rt(o);
-      auto store = std::make_shared<FilesystemStore>(rt.io_executor(), ds.root, g_fs_options);
+      auto store = open_root(rt, ds.root.string());
       const Array arr = Array::open_blocking(rt, store, "");
       // Warm-up: thread-local codec contexts and scratch, page cache.
       Bytes buf(ds.max_region_bytes);
@@ -961,8 +973,10 @@ int run(const Options& opt) {
 int main(int argc, char** argv) {
   Options opt;
   CLI::App app{"zarrcoro concurrent_reads: engine dispatch modes under concurrent one-chunk readers"};
-  app.add_option("--array", opt.array_path, "Existing Zarr v3 array directory (array at the store root)")
-      ->check(CLI::ExistingDirectory);
+  app.add_option("--array", opt.array_path, "Existing array: a directory or a URL (s3://bucket/prefix, http://...), array at its root")
+      ->check(CLI::Validator(
+          [](std::string& v) { return is_url(v) || fs::is_directory(v) ? std::string() : "Directory does not exist: " + v; },
+          "DIR|URL"));
   app.add_option("--dispatch", opt.dispatch, "Dispatch mode(s) to run")
       ->check(CLI::IsMember({"batched", "per-chunk", "inline", "all"}));
   app.add_option("--dataset", opt.dataset, "Which default array(s) to generate and run (ignored with --array)")
