@@ -25,6 +25,12 @@
 #include <zarrcoro/store/filesystem.hpp>
 #include <zarrcoro/store/http.hpp>
 
+#ifdef ZARRCORO_HAVE_EXAMPLE_SERVER
+#include <future>
+
+#include "server.hpp"  // examples/server
+#endif
+
 #include "fault_server.hpp"
 #include "store_conformance.hpp"
 #include "support.hpp"
@@ -352,6 +358,48 @@ TEST_CASE("HttpStore over nginx: values, ranges, keep-alive, read-only errors", 
     CHECK(unchecked.text("zarr.json") == "{}");
   }
 }
+
+#ifdef ZARRCORO_HAVE_EXAMPLE_SERVER
+// The project's example server (examples/server), in process on its own
+// io_context thread, serving a temp dir.
+struct ExampleServer {
+  TempDir dir;
+  boost::asio::io_context io;
+  std::unique_ptr<Runtime> rt;
+  std::unique_ptr<server::Server> srv;
+  std::thread thread;
+  ExampleServer() {
+    rt = std::make_unique<Runtime>(io, RuntimeOptions{.codec_threads = 1});
+    server::ServerOptions o;
+    o.root = dir.path;
+    o.listen = "127.0.0.1:0";
+    srv = std::make_unique<server::Server>(*rt, o);
+    srv->start();
+    thread = std::thread([this] { io.run(); });
+  }
+  ~ExampleServer() {
+    std::promise<void> done;
+    srv->shutdown([&] {
+      done.set_value();
+      io.stop();
+    });
+    done.get_future().wait();
+    thread.join();
+    srv.reset();
+    rt.reset();
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(srv->endpoint().port()); }
+};
+
+TEST_CASE("conformance: HttpStore reads over the example server (examples/server)", "[http][example-server]") {
+  ExampleServer server;  // outlives the harness the suite builds below
+  test::run_store_conformance("http over examples/server", [&server](boost::asio::any_io_executor io) -> std::shared_ptr<Store> {
+    auto http = std::make_shared<HttpStore>(io, server.url() + "/store");
+    auto files = std::make_shared<FilesystemStore>(io, server.dir.path / "store");
+    return std::make_shared<ReadThroughHttp>(http, files);
+  });
+}
+#endif
 
 TEST_CASE("HttpStore over nginx reads the shared fixtures exactly as the filesystem does",
           "[http][nginx][fixtures]") {
