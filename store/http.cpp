@@ -87,20 +87,8 @@ awaitable<std::optional<Bytes>> HttpStore::get(std::string key, ByteRange range)
   }
   http::Response r = co_await fetch(std::move(req));
   const std::string url = base_ + target(key);
+  if (auto value = http::take_value(key, url, range, r)) co_return value;
   switch (r.status) {
-    case 200: {
-      if (range.kind == ByteRange::Kind::full) co_return std::move(r.body);
-      // The server ignored the range: slice the whole value.
-      const ByteExtent e = clip(range, r.body.size());
-      co_return Bytes(r.body.begin() + static_cast<std::ptrdiff_t>(e.begin),
-                      r.body.begin() + static_cast<std::ptrdiff_t>(e.end));
-    }
-    case 206:
-      if (range.kind == ByteRange::Kind::full)
-        throw StoreError(key, "HTTP 206", "GET " + url + ": a partial answer to a whole-value request");
-      co_return http::take_partial(key, url, range, r);
-    case 416:
-      co_return Bytes{};  // the value exists; the range starts at or past its end
     case 404:
     case 410:
       co_return std::nullopt;

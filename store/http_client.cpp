@@ -127,6 +127,27 @@ std::string range_header(const ByteRange& range) {
 
 // Checks a 206 answer against the requested range and returns its bytes;
 // raises StoreError when the Content-Range does not match.
+std::optional<Bytes> take_value(const std::string& key, const std::string& url, const ByteRange& range,
+                                Response& r) {
+  switch (r.status) {
+    case 200: {
+      if (range.kind == ByteRange::Kind::full) return std::move(r.body);
+      // The server ignored the range: slice the whole value.
+      const ByteExtent e = clip(range, r.body.size());
+      return Bytes(r.body.begin() + static_cast<std::ptrdiff_t>(e.begin),
+                   r.body.begin() + static_cast<std::ptrdiff_t>(e.end));
+    }
+    case 206:
+      if (range.kind == ByteRange::Kind::full)
+        throw StoreError(key, "HTTP 206", "GET " + url + ": a partial answer to a whole-value request");
+      return take_partial(key, url, range, r);
+    case 416:
+      return Bytes{};
+    default:
+      return std::nullopt;
+  }
+}
+
 Bytes take_partial(const std::string& key, const std::string& url, const ByteRange& range,
                    Response& r) {
   // "bytes first-last/total" (total may be "*").

@@ -27,6 +27,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -147,5 +148,13 @@ std::string range_header(const ByteRange& range);
 // a body of another length: never wrong data.
 Bytes take_partial(const std::string& key, const std::string& url, const ByteRange& range,
                    Response& r);
+
+// The value (or part) a GET for `range` of `key` returned, for the statuses
+// that carry one: 200 (sliced here if the server ignored the range), 206
+// (checked as take_partial does; StoreError "HTTP 206" for a whole-value
+// request) and 416 (the value exists, the range starts past its end: empty).
+// nullopt for any other status, which the caller maps to its own errors.
+std::optional<Bytes> take_value(const std::string& key, const std::string& url, const ByteRange& range,
+                                Response& r);
 
 }  // namespace zarrcoro::http

@@ -338,19 +338,8 @@ awaitable<std::optional<Bytes>> S3Store::get(std::string key, ByteRange range) {
   http::Request req = d->make(bh::verb::get, object, {}, std::move(headers), nullptr, {}, key);
   if (!range_value.empty()) req.max_full_body = d->options.max_full_body;
   http::Response r = co_await d->send(std::move(req));
+  if (auto value = http::take_value(key, d->url_of(object), range, r)) co_return value;
   switch (r.status) {
-    case 200: {
-      if (range.kind == ByteRange::Kind::full) co_return std::move(r.body);
-      const ByteExtent e = clip(range, r.body.size());
-      co_return Bytes(r.body.begin() + static_cast<std::ptrdiff_t>(e.begin),
-                      r.body.begin() + static_cast<std::ptrdiff_t>(e.end));
-    }
-    case 206:
-      if (range.kind == ByteRange::Kind::full)
-        throw StoreError(key, "HTTP 206", "GET " + d->url_of(object) + ": a partial answer to a whole-object request");
-      co_return http::take_partial(key, d->url_of(object), range, r);
-    case 416:
-      co_return Bytes{};  // InvalidRange: the object exists, the range starts at or past its end
     case 404: {
       const std::string code = xml_first(as_text(r.body), "Code");
       if (code.empty() || code == "NoSuchKey") co_return std::nullopt;

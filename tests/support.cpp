@@ -6,6 +6,9 @@
 #include <cstring>
 #include <stdexcept>
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+
 namespace zarrcoro::test {
 
 std::optional<std::filesystem::path> shared_dir() {
@@ -54,6 +57,17 @@ std::string to_hex(ByteSpan bytes) {
     s += d[v & 15];
   }
   return s;
+}
+
+bool port_answers(std::uint16_t port) {
+  try {
+    boost::asio::io_context io;
+    boost::asio::ip::tcp::socket s(io);
+    s.connect({boost::asio::ip::make_address("127.0.0.1"), port});
+    return true;
+  } catch (...) {
+    return false;
+  }
 }
 
 }  // namespace zarrcoro::test

@@ -29,4 +29,7 @@ Bytes read_file(const std::filesystem::path& p);
 Bytes hex(const std::string& text);
 std::string to_hex(ByteSpan bytes);
 
+// True if something accepts TCP connections on 127.0.0.1:port.
+bool port_answers(std::uint16_t port);
+
 }  // namespace zarrcoro::test

@@ -98,17 +98,6 @@ std::uint16_t free_port() {
   return a.local_endpoint().port();
 }
 
-bool port_answers(std::uint16_t port) {
-  try {
-    boost::asio::io_context io;
-    boost::asio::ip::tcp::socket s(io);
-    s.connect({boost::asio::ip::make_address("127.0.0.1"), port});
-    return true;
-  } catch (...) {
-    return false;
-  }
-}
-
 // Runs a program quietly (stdout and stderr to /dev/null); its exit code.
 int run_program(const std::vector<std::string>& argv) {
   std::vector<char*> args;
@@ -175,7 +164,7 @@ struct Nginx {
       }
       if (pid < 0) return false;
       for (int i = 0; i < 100; ++i) {
-        if (port_answers(port) && port_answers(tls_port)) return true;
+        if (test::port_answers(port) && test::port_answers(tls_port)) return true;
         int status = 0;
         if (::waitpid(pid, &status, WNOHANG) == pid) break;  // exited (port taken?): try again
         std::this_thread::sleep_for(50ms);

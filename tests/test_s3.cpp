@@ -34,6 +34,7 @@
 
 #include "fault_server.hpp"
 #include "store_conformance.hpp"
+#include "support.hpp"
 
 using namespace zarrcoro;
 using namespace std::chrono_literals;
@@ -56,17 +57,6 @@ std::string env_or(const char* name, const std::string& fallback) {
   return v && *v ? v : fallback;
 }
 
-bool answers(std::uint16_t port) {
-  try {
-    boost::asio::io_context io;
-    boost::asio::ip::tcp::socket s(io);
-    s.connect({boost::asio::ip::make_address("127.0.0.1"), port});
-    return true;
-  } catch (...) {
-    return false;
-  }
-}
-
 // The running radosgw, from the env file that tests/s3/rgw.sh writes.
 std::optional<Rgw> find_rgw() {
   const std::string tmp = env_or("TMPDIR", "/tmp");
@@ -85,7 +75,7 @@ std::optional<Rgw> find_rgw() {
   const auto colon = r.endpoint.rfind(':');
   if (r.endpoint.empty() || colon == std::string::npos) return std::nullopt;
   r.port = static_cast<std::uint16_t>(std::stoi(r.endpoint.substr(colon + 1)));
-  if (!answers(r.port)) return std::nullopt;
+  if (!test::port_answers(r.port)) return std::nullopt;
   return r;
 }
 
