@@ -20,6 +20,18 @@ std::optional<std::filesystem::path> shared_dir() {
   return std::nullopt;
 }
 
+double time_scale() {
+  static const double scale = [] {
+    if (const char* env = std::getenv("ZARRCORO_TEST_TIME_SCALE"); env && *env) {
+      char* end = nullptr;
+      const double v = std::strtod(env, &end);
+      if (end != env && v >= 1) return v;
+    }
+    return double{ZARRCORO_TEST_TIME_SCALE};
+  }();
+  return scale;
+}
+
 Bytes read_file(const std::filesystem::path& p) {
   std::ifstream f(p, std::ios::binary);
   if (!f) throw std::runtime_error("cannot open " + p.string());

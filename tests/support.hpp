@@ -1,6 +1,7 @@
 // Helpers shared by the test suites.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -28,6 +29,19 @@ Bytes read_file(const std::filesystem::path& p);
 // "01 0a ff" or "010aff" -> bytes.
 Bytes hex(const std::string& text);
 std::string to_hex(ByteSpan bytes);
+
+// How many times slower than a plain Release build this test build runs:
+// the factor the build set (ZARRCORO_TEST_TIME_SCALE: 3 under
+// AddressSanitizer, 10 under ThreadSanitizer, else 1), or the environment
+// variable ZARRCORO_TEST_TIME_SCALE when set (e.g. on a loaded machine).
+double time_scale();
+// A time budget that a healthy operation must beat, scaled by time_scale().
+// Only budgets are scaled: a fault that must trip a timeout is made longer
+// than the scaled timeout by construction (a stall that never ends, a delay
+// far above it).
+inline std::chrono::milliseconds scaled(std::chrono::milliseconds budget) {
+  return std::chrono::milliseconds(static_cast<std::int64_t>(static_cast<double>(budget.count()) * time_scale()));
+}
 
 // True if something accepts TCP connections on 127.0.0.1:port.
 bool port_answers(std::uint16_t port);

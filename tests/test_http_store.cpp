@@ -43,6 +43,7 @@ using namespace std::chrono_literals;
 using test::Fault;
 using test::FaultServer;
 using test::StoreHarness;
+using test::scaled;
 using Strings = std::vector<std::string>;
 using Clock = std::chrono::steady_clock;
 
@@ -213,13 +214,16 @@ class ReadThroughHttp : public Store {
   std::shared_ptr<FilesystemStore> files_;
 };
 
-// Short timeouts and backoffs for the fault tests.
+// Short backoffs for the fault tests. The timeouts are budgets that a
+// healthy answer must beat, scaled for slow (sanitizer) builds; the faults
+// that must trip them (stalls, delays) are longer than any scaled timeout
+// by construction.
 HttpStoreOptions fast(unsigned attempts = 4) {
   HttpStoreOptions o;
   o.http.max_attempts = attempts;
-  o.http.connect_timeout = 2000ms;
-  o.http.io_timeout = 300ms;
-  o.http.request_timeout = 5000ms;
+  o.http.connect_timeout = scaled(2000ms);
+  o.http.io_timeout = scaled(500ms);
+  o.http.request_timeout = scaled(5000ms);
   o.http.backoff_base = 5ms;
   o.http.backoff_max = 40ms;
   return o;
@@ -332,7 +336,7 @@ TEST_CASE("HttpStore over nginx: values, ranges, keep-alive, read-only errors", 
       CHECK_THAT(e.what(), Catch::Contains("certificate verify failed"));
       CHECK_THAT(e.what(), Catch::Contains("self-signed") || Catch::Contains("self signed"));
     }
-    CHECK(Clock::now() - t0 < 5s);
+    CHECK(Clock::now() - t0 < scaled(5s));
     CHECK(bad.http->stats().retries == 0);
 
     // A name the certificate does not carry.
@@ -569,8 +573,7 @@ TEST_CASE("HttpStore: stalls time out; no request hangs past its timeout", "[htt
   server.put("/k", random_text(100000, 11));
   const Fault fault = GENERATE(Fault::stall_before_response, Fault::stall_mid_body);
   INFO("fault " << int(fault));
-  auto o = fast(3);
-  o.http.io_timeout = 250ms;
+  auto o = fast(3);  // a stall never ends: each attempt takes io_timeout
   HttpHarness h(server.url(), o);
 
   SECTION("every attempt stalls: a timeout error after 3 attempts") {
@@ -584,8 +587,8 @@ TEST_CASE("HttpStore: stalls time out; no request hangs past its timeout", "[htt
       CHECK_THAT(e.what(), Catch::Contains("timed out") && Catch::Contains("3 attempts"));
     }
     const auto took = Clock::now() - t0;
-    CHECK(took >= 3 * 250ms);
-    CHECK(took < 3 * 250ms + 2 * 40ms + 3000ms);  // generous for loaded CI machines
+    CHECK(took >= 3 * o.http.io_timeout);
+    CHECK(took < 3 * o.http.io_timeout + 2 * o.http.backoff_max + scaled(3000ms));
     CHECK(server.request_count() == 3);
   }
   SECTION("one stall, then an answer") {
@@ -597,14 +600,14 @@ TEST_CASE("HttpStore: stalls time out; no request hangs past its timeout", "[htt
 TEST_CASE("HttpStore: request_timeout bounds a slow attempt", "[http][faults]") {
   FaultServer server;
   server.put("/k", "v");
-  server.set_delay(20000ms);
   auto o = fast(2);
-  o.http.io_timeout = 10000ms;
-  o.http.request_timeout = 300ms;
+  o.http.request_timeout = scaled(300ms);
+  o.http.io_timeout = 100 * o.http.request_timeout;
+  server.set_delay(100 * o.http.request_timeout);  // ends only when the server stops
   HttpHarness h(server.url(), o);
   const auto t0 = Clock::now();
   CHECK_THROWS_WITH(h.get("k"), Catch::Contains("timed out"));
-  CHECK(Clock::now() - t0 < 5000ms);  // 2 x 300 ms, not 2 x 20 s
+  CHECK(Clock::now() - t0 < 2 * o.http.request_timeout + scaled(4000ms));  // not 2 x the delay
 }
 
 TEST_CASE("HttpStore: random faults never give wrong data", "[http][faults]") {
@@ -618,8 +621,10 @@ TEST_CASE("HttpStore: random faults never give wrong data", "[http][faults]") {
   // (Fault::wrong_range is left out: it fails a read at once, by design; see above.)
   for (int i = 0; i < 1500; ++i)
     server.inject(rng() % 3 == 0 ? faults[rng() % std::size(faults)] : Fault::none);
+  // stall_mid_body never ends, so any io_timeout trips it; a healthy answer
+  // gets a generous, scaled budget (a read fails only when 8 faults hit it).
   auto o = fast(8);
-  o.http.io_timeout = 200ms;
+  o.http.io_timeout = scaled(1000ms);
   HttpHarness h(server.url(), o);
 
   constexpr int n = 300;
@@ -752,5 +757,5 @@ TEST_CASE("HttpStore: nothing listening fails after the attempts, quickly", "[ht
     CHECK(e.key() == "k");
     CHECK_THAT(e.what(), Catch::Contains("cannot connect") && Catch::Contains("3 attempts"));
   }
-  CHECK(Clock::now() - t0 < 5s);
+  CHECK(Clock::now() - t0 < scaled(5s));
 }
