@@ -17,6 +17,8 @@
 #include <string_view>
 
 #include <nlohmann/json.hpp>
+
+#include "engine/checked.hpp"
 #include <spdlog/spdlog.h>
 
 #include <zarrcoro/error.hpp>
@@ -71,6 +73,8 @@ auto configured(std::size_t i, F&& f) {
     std::string field = at(i) + ".configuration";
     if (!e.field().empty()) field += "." + e.field();
     throw InvalidMetadata(e.key(), field, e.detail());
+  } catch (const json::exception& e) {  // a member of another type than the codec expects
+    throw InvalidMetadata("", at(i) + ".configuration", std::string("unexpected JSON value: ") + e.what());
   }
 }
 
@@ -131,6 +135,9 @@ std::shared_ptr<const CodecPipeline> CodecPipeline::from_json(const json& codecs
                                                               const ArraySpec& chunk_spec) {
   if (!codecs.is_array())
     throw InvalidMetadata("", "codecs", "codecs must be a JSON array, got " + codecs.dump());
+  // Every codec sizes its buffers from the chunk's byte count: it must fit.
+  if (!checked_product(chunk_spec.shape, chunk_spec.dtype.size()))
+    throw InvalidMetadata("", "chunk_shape", "a chunk of this shape holds more bytes than fit in 64 bits");
   std::vector<std::unique_ptr<ArrayToArrayCodec>> a2a;
   std::unique_ptr<ArrayToBytesCodec> a2b;
   std::vector<std::unique_ptr<BytesToBytesCodec>> b2b;

@@ -20,6 +20,7 @@
 #include "codecs/pipeline.hpp"
 #include "codecs/sharding.hpp"
 #include "engine/blocking.hpp"
+#include "engine/checked.hpp"
 #include "engine/engine_state.hpp"
 #include "engine/indexing.hpp"
 #include "engine/node.hpp"
@@ -64,9 +65,9 @@ std::vector<std::uint64_t> Region::shape() const {
 }
 
 std::uint64_t Region::num_elements() const {
-  std::uint64_t n = 1;
-  for (std::size_t i = 0; i < start.size(); ++i) n *= stop[i] - start[i];
-  return n;
+  const auto n = checked_product(shape());
+  if (!n) throw InvalidArgument("", "region", "holds more elements than fit in 64 bits");
+  return *n;
 }
 
 Region Region::parse(const std::string& text, const std::vector<std::uint64_t>& shape) {
@@ -88,6 +89,8 @@ Region Region::parse(const std::string& text, const std::vector<std::uint64_t>& 
     if (s.empty()) return dflt;
     std::uint64_t v = 0;
     auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec == std::errc::result_out_of_range)
+      throw InvalidArgument("", "region", "'" + std::string(s) + "' does not fit in 64 bits");
     if (ec != std::errc() || p != s.data() + s.size())
       throw InvalidArgument("", "region", "'" + std::string(s) + "' is not a non-negative integer");
     return v;
@@ -95,8 +98,13 @@ Region Region::parse(const std::string& text, const std::vector<std::uint64_t>& 
   for (std::size_t d = 0; d < dims.size(); ++d) {
     const std::string_view s = dims[d];
     const auto colon = s.find(':');
+    if (s.empty()) continue;  // the whole dimension (shared/cases B43)
     if (colon == std::string_view::npos) {
       r.start[d] = num(s, 0);
+      if (r.start[d] >= shape[d])
+        throw InvalidArgument("", "region",
+                              "index " + std::string(s) + " is outside [0, " + std::to_string(shape[d]) +
+                                  ") in dimension " + std::to_string(d));
       r.stop[d] = r.start[d] + 1;
     } else {
       r.start[d] = num(s.substr(0, colon), 0);
@@ -111,9 +119,9 @@ Region Region::parse(const std::string& text, const std::vector<std::uint64_t>& 
 }
 
 std::uint64_t NdArray::num_elements() const {
-  std::uint64_t n = 1;
-  for (auto s : shape) n *= s;
-  return n;
+  const auto n = checked_product(shape);
+  if (!n) throw InvalidArgument("", "shape", "holds more elements than fit in 64 bits");
+  return *n;
 }
 
 // ---- chunk operations ------------------------------------------------------
@@ -681,7 +689,9 @@ class WriteOp final : public ChunkOp {
   std::vector<Task> tasks_;
 };
 
-void check_region(const ArrayMetadata& m, const Region& r, std::size_t buffer_bytes) {
+// Raises InvalidArgument unless `r` lies within the array and (when given)
+// `buffer_bytes` is its exact size.
+void check_region(const ArrayMetadata& m, const Region& r, std::optional<std::size_t> buffer_bytes) {
   if (r.start.size() != m.rank() || r.stop.size() != m.rank())
     throw InvalidArgument("", "region", "rank does not match the array's rank " + std::to_string(m.rank()));
   for (std::size_t d = 0; d < m.rank(); ++d)
@@ -690,10 +700,12 @@ void check_region(const ArrayMetadata& m, const Region& r, std::size_t buffer_by
                             "[" + std::to_string(r.start[d]) + ", " + std::to_string(r.stop[d]) +
                                 ") is outside [0, " + std::to_string(m.shape[d]) + ") in dimension " +
                                 std::to_string(d));
-  const std::uint64_t need = r.num_elements() * m.data_type.size();
-  if (buffer_bytes != need)
+  const auto bytes = checked_mul(r.num_elements(), m.data_type.size());
+  if (!bytes) throw InvalidArgument("", "region", "needs more bytes than fit in 64 bits");
+  const std::uint64_t need = *bytes;
+  if (buffer_bytes && *buffer_bytes != need)
     throw InvalidArgument("", "buffer",
-                          "is " + std::to_string(buffer_bytes) + " bytes, the region needs " +
+                          "is " + std::to_string(*buffer_bytes) + " bytes, the region needs " +
                               std::to_string(need));
 }
 
@@ -723,6 +735,17 @@ std::shared_ptr<Array::State> make_state(Runtime& rt, std::shared_ptr<Store> sto
   if (meta.fill_value.empty()) meta.fill_value.assign(meta.data_type.size(), std::byte{0});
   st->fill = meta.fill_value;
   st->store_fill_chunks = meta.zarr_format == 2 && meta.v2 && meta.v2->fill_value_null;
+  // Every size the engine derives from a chunk follows from this one: check
+  // it before any codec is prepared or buffer sized (shared/cases B34).
+  const char* grid_field = meta.zarr_format == 2 ? "chunks" : "chunk_grid.configuration.chunk_shape";
+  const auto chunk_bytes = checked_product(meta.chunk_shape, meta.data_type.size());
+  if (!chunk_bytes)
+    throw InvalidMetadata(key, grid_field, "a chunk of this shape holds more bytes than fit in 64 bits");
+  const std::uint64_t limit = rt.options().max_chunk_bytes;
+  if (*chunk_bytes > limit)
+    throw UnsupportedError(key, grid_field,
+                           "a chunk of " + std::to_string(*chunk_bytes) + " bytes is larger than the limit of " +
+                               std::to_string(limit) + " (RuntimeOptions::max_chunk_bytes)");
   codecs::ArraySpec spec{meta.data_type, meta.chunk_shape, meta.fill_value};
   try {
     st->pipeline = codecs::CodecPipeline::from_json(detail::pipeline_codecs(meta), spec);
@@ -731,6 +754,11 @@ std::shared_ptr<Array::State> make_state(Runtime& rt, std::shared_ptr<Store> sto
   }
   if (st->pipeline->array_to_bytes_only())
     st->shard = dynamic_cast<const codecs::ShardingCodec*>(&st->pipeline->array_to_bytes());
+  if (st->shard && st->shard->index_bytes() > limit)
+    throw UnsupportedError(key, "codecs[0].configuration.chunk_shape",
+                           "a shard index of " + std::to_string(st->shard->index_bytes()) +
+                               " bytes is larger than the limit of " + std::to_string(limit) +
+                               " (RuntimeOptions::max_chunk_bytes)");
   if (meta.zarr_format == 3) meta.codecs = st->pipeline->to_json();
   st->meta = std::move(meta);
   return st;
@@ -769,6 +797,7 @@ asio::awaitable<void> Array::read(Region region, MutableByteSpan out) const {
 }
 
 asio::awaitable<NdArray> Array::read(Region region) const {
+  check_region(state_->meta, region, std::nullopt);  // before the buffer is sized
   NdArray a{dtype(), region.shape(), {}};
   a.data.resize(region.num_elements() * dtype().size());
   co_await read(std::move(region), MutableByteSpan(a.data));

@@ -10,6 +10,8 @@
 
 #include <zarrcoro/error.hpp>
 
+#include "engine/checked.hpp"
+
 namespace zarrcoro {
 
 struct DataType::Layout {
@@ -44,12 +46,9 @@ constexpr std::array<Info, 14> kInfo{{
 
 const Info& info(DataTypeKind k) { return kInfo[static_cast<std::size_t>(k)]; }
 
-constexpr std::size_t kMaxElementSize = std::size_t{1} << 31;
-
+// A subarray's element count; saturates instead of wrapping (callers bound it).
 std::uint64_t product(const std::vector<std::uint64_t>& shape) {
-  std::uint64_t n = 1;
-  for (auto d : shape) n *= d;
-  return n;
+  return checked_product(shape).value_or(UINT64_MAX);
 }
 
 const char* order_prefix(ByteOrder o) {
@@ -144,18 +143,18 @@ const DataType::Layout* intern_layout(std::vector<StructField> fields, std::size
 }
 
 DataType DataType::fixed_bytes(std::size_t length) {
-  if (length == 0 || length >= kMaxElementSize)
-    throw InvalidArgument("", "length", "fixed-length bytes need a length of 1 to 2^31-1, got " +
-                                            std::to_string(length));
+  if (length == 0 || length > kMaxElementBytes)
+    throw InvalidArgument("", "length", "fixed-length bytes need a length of 1 to " +
+                                            std::to_string(kMaxElementBytes) + ", got " + std::to_string(length));
   DataType t(DataTypeKind::bytes);
   t.length_ = static_cast<std::uint32_t>(length);
   return t;
 }
 
 DataType DataType::fixed_unicode(std::size_t chars) {
-  if (chars == 0 || chars >= kMaxElementSize / 4)
-    throw InvalidArgument("", "length", "fixed-length unicode needs a length of 1 to 2^29-1, got " +
-                                            std::to_string(chars));
+  if (chars == 0 || chars > kMaxElementBytes / 4)
+    throw InvalidArgument("", "length", "fixed-length unicode needs a length of 1 to " +
+                                            std::to_string(kMaxElementBytes / 4) + ", got " + std::to_string(chars));
   DataType t(DataTypeKind::unicode);
   t.length_ = static_cast<std::uint32_t>(chars);
   return t;
@@ -167,15 +166,20 @@ DataType DataType::structured(std::vector<StructField> fields) {
   for (std::size_t i = 0; i < fields.size(); ++i) {
     auto& f = fields[i];
     if (f.name.empty()) throw InvalidArgument("", "fields", "field " + std::to_string(i) + " has an empty name");
-    for (std::size_t j = 0; j < i; ++j)
-      if (fields[j].name == f.name) throw InvalidArgument("", "fields", "duplicate field name '" + f.name + "'");
     const std::uint64_t n = product(f.shape);
-    if (n == 0 || n > kMaxElementSize / f.type.size())
+    if (n == 0 || n > kMaxElementBytes / f.type.size())
       throw InvalidArgument("", "fields", "field '" + f.name + "' has no elements or is too large");
     f.offset = offset;
     offset += f.size();
-    if (offset >= kMaxElementSize) throw InvalidArgument("", "fields", "the record is too large");
+    if (offset > kMaxElementBytes)
+      throw InvalidArgument("", "fields",
+                            "the record is larger than " + std::to_string(kMaxElementBytes) + " bytes");
   }
+  std::vector<std::string_view> names;  // sorted: duplicates in O(n log n), whatever the field count
+  for (const auto& f : fields) names.push_back(f.name);
+  std::sort(names.begin(), names.end());
+  if (const auto dup = std::adjacent_find(names.begin(), names.end()); dup != names.end())
+    throw InvalidArgument("", "fields", "duplicate field name '" + std::string(*dup) + "'");
   DataType t(DataTypeKind::structured);
   t.layout_ = intern_layout(std::move(fields), offset);
   return t;

@@ -1,6 +1,8 @@
 // Chunk planning (see indexing.hpp).
 #include "engine/indexing.hpp"
 
+#include "engine/checked.hpp"
+
 namespace zarrcoro::detail {
 namespace {
 
@@ -17,14 +19,17 @@ std::vector<ChunkPart> plan_chunks(const std::vector<std::uint64_t>& shape,
   std::vector<std::vector<Segment>> segs(r);
   for (std::size_t d = 0; d < r; ++d) {
     const std::uint64_t c = chunk_shape[d], lo = region.start[d], hi = region.stop[d];
-    for (std::uint64_t k = lo / c; k * c < hi; ++k) {
-      const std::uint64_t cs = k * c, a = std::max(lo, cs), b = std::min(hi, cs + c);
-      const std::uint64_t in_bounds = std::min(shape[d], cs + c) - cs;
+    if (lo >= hi) return {};
+    // Chunks lo / c to (hi - 1) / c; a chunk's end saturates (chunk
+    // shapes near 2^64 must not wrap: shared/cases B34).
+    for (std::uint64_t k = lo / c, last = (hi - 1) / c; k <= last; ++k) {
+      const std::uint64_t cs = k * c, ce = saturating_add(cs, c);
+      const std::uint64_t a = std::max(lo, cs), b = std::min(hi, ce);
+      const std::uint64_t in_bounds = std::min(shape[d], ce) - cs;
       segs[d].push_back({k, a - cs, a - lo, b - a, b - a == in_bounds});
     }
-    if (segs[d].empty()) return {};
   }
-  std::size_t total = 1;
+  std::size_t total = 1;  // at most the region's element count, which the caller checked
   for (auto& s : segs) total *= s.size();
   std::vector<ChunkPart> parts;
   parts.reserve(total);

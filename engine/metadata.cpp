@@ -504,10 +504,11 @@ DataType parse_data_type(const json& j, const std::string& key, const std::strin
   const auto length_bytes = [&](std::size_t unit) {
     const auto it = config.find("length_bytes");
     if (it == config.end() || !it->is_number_unsigned() || it->get<std::uint64_t>() == 0 ||
-        it->get<std::uint64_t>() % unit != 0 || it->get<std::uint64_t>() >= (std::uint64_t{1} << 31))
+        it->get<std::uint64_t>() % unit != 0 || it->get<std::uint64_t>() > kMaxElementBytes)
       bad(key, field + ".configuration.length_bytes",
           name + ": expected a positive integer" + (unit > 1 ? " divisible by " + std::to_string(unit) : "") +
-              ", got " + (it == config.end() ? "nothing" : it->dump()));
+              " of at most " + std::to_string(kMaxElementBytes) + ", got " +
+              (it == config.end() ? "nothing" : it->dump()));
     return it->get<std::size_t>();
   };
   if (name == "null_terminated_bytes") return DataType::fixed_bytes(length_bytes(1));
@@ -545,8 +546,8 @@ DataType parse_data_type(const json& j, const std::string& key, const std::strin
 
 std::vector<std::uint64_t> ArrayMetadata::grid_shape() const {
   std::vector<std::uint64_t> g(shape.size());
-  for (std::size_t i = 0; i < shape.size(); ++i)
-    g[i] = (shape[i] + chunk_shape[i] - 1) / chunk_shape[i];
+  for (std::size_t i = 0; i < shape.size(); ++i)  // ceil(shape / chunk) without shape + chunk - 1 wrapping
+    g[i] = shape[i] / chunk_shape[i] + (shape[i] % chunk_shape[i] != 0);
   return g;
 }
 
@@ -597,7 +598,11 @@ void ArrayMetadata::validate(const std::string& key) const {
   }
 }
 
-ArrayMetadata ArrayMetadata::from_json(const json& j, const std::string& key) {
+namespace {
+
+// The body of ArrayMetadata::from_json; `field` tracks the member being read
+// so that a JSON type error names it.
+ArrayMetadata parse_v3_array(const json& j, const std::string& key, std::string& field) {
   if (!j.is_object()) bad(key, "", "expected a JSON object");
   if (!j.contains("zarr_format") || j["zarr_format"] != 3)
     bad(key, "zarr_format", "expected 3");
@@ -607,10 +612,13 @@ ArrayMetadata ArrayMetadata::from_json(const json& j, const std::string& key) {
     if (!j.contains(f)) bad(key, f, "required field is missing");
 
   ArrayMetadata m;
+  field = "shape";
   m.shape = parse_shape(j["shape"], key, "shape");
 
+  field = "data_type";
   m.data_type = parse_data_type(j["data_type"], key);
 
+  field = "chunk_grid";
   const auto& grid = j["chunk_grid"];
   if (!grid.is_object() || grid.value("name", "") != "regular") {
     const std::string name = grid.is_object() ? grid.value("name", std::string("?")) : grid.dump();
@@ -621,15 +629,20 @@ ArrayMetadata ArrayMetadata::from_json(const json& j, const std::string& key) {
   m.chunk_shape = parse_shape(grid["configuration"]["chunk_shape"], key,
                               "chunk_grid.configuration.chunk_shape");
 
+  field = "chunk_key_encoding";
   m.chunk_key_encoding = ChunkKeyEncoding::from_json(j["chunk_key_encoding"], key);
+  field = "fill_value";
   m.fill_value = parse_fill_value(j["fill_value"], m.data_type, key);
+  field = "codecs";
   m.codecs = j["codecs"];
   if (!m.codecs.is_array() || m.codecs.empty()) bad(key, "codecs", "expected a non-empty array");
 
+  field = "attributes";
   if (j.contains("attributes")) {
     if (!j["attributes"].is_object()) bad(key, "attributes", "expected an object");
     m.attributes = j["attributes"];
   }
+  field = "dimension_names";
   if (j.contains("dimension_names") && !j["dimension_names"].is_null()) {
     const auto& d = j["dimension_names"];
     if (!d.is_array()) bad(key, "dimension_names", "expected an array of strings or nulls");
@@ -648,6 +661,7 @@ ArrayMetadata ArrayMetadata::from_json(const json& j, const std::string& key) {
                                 "chunk_key_encoding", "fill_value", "codecs", "attributes",
                                 "dimension_names", "storage_transformers"};
   for (const auto& [name, value] : j.items()) {
+    field = name;
     if (std::find(std::begin(known), std::end(known), name) != std::end(known)) continue;
     const bool optional_ext = value.is_object() && value.contains("must_understand") &&
                               value["must_understand"] == false;
@@ -656,8 +670,16 @@ ArrayMetadata ArrayMetadata::from_json(const json& j, const std::string& key) {
                              "unknown field '" + name +
                                  "' must be understood (it is not marked \"must_understand\": false)");
   }
+  field = "";
   m.validate(key);
   return m;
+}
+
+}  // namespace
+
+ArrayMetadata ArrayMetadata::from_json(const json& j, const std::string& key) {
+  std::string field;
+  return detail::json_guard(key, field, [&] { return parse_v3_array(j, key, field); });
 }
 
 json ArrayMetadata::to_json() const {
@@ -688,8 +710,11 @@ std::string dump_json(const json& j, bool ascii) {
 json parse_json(std::string_view text, const std::string& key) {
   // Replace bare NaN / Infinity / -Infinity tokens outside strings by
   // sentinel strings, parse strictly, then restore them as numbers.
+  // The same pass measures the nesting depth, bounded before the recursive
+  // parts of JSON handling (copies, dumps, our own walks) see the document.
   std::string fixed;
   bool in_string = false, escaped = false, changed = false;
+  std::size_t depth = 0, max_depth = 0;
   fixed.reserve(text.size());
   for (std::size_t i = 0; i < text.size();) {
     const char c = text[i];
@@ -714,13 +739,17 @@ json parse_json(std::string_view text, const std::string& key) {
     }
     if (matched) continue;
     if (c == '"') in_string = true;
+    else if (c == '[' || c == '{') max_depth = std::max(max_depth, ++depth);
+    else if ((c == ']' || c == '}') && depth > 0) --depth;
     fixed += c;
     ++i;
   }
+  if (max_depth > kMaxJsonDepth)
+    bad(key, "", "JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   json j;
   try {
     j = json::parse(changed ? std::string_view(fixed) : text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // syntax, invalid UTF-8, a number out of range (7E777)
     bad(key, "", std::string("malformed JSON: ") + e.what());
   }
   if (changed) restore_nonfinite(j);

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <zarrcoro/bytes.hpp>
+#include <zarrcoro/error.hpp>
 
 namespace zarrcoro::detail {
 
@@ -22,6 +23,19 @@ std::optional<Bytes> base64_decode(std::string_view text);
 // surrogates, code points above U+10FFFF).
 std::optional<std::u32string> utf8_decode(std::string_view text);
 std::optional<std::string> utf8_encode(std::u32string_view text);
+
+// Runs `f`, turning an exception of the JSON library (a member of another
+// type than expected, a number out of range) into InvalidMetadata(key,
+// field): only the zarrcoro::Error family leaves the library. `field` is
+// read when the exception is caught, so `f` may update it as it goes.
+template <class F>
+auto json_guard(const std::string& key, const std::string& field, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const nlohmann::json::exception& e) {
+    throw InvalidMetadata(key, field, std::string("unexpected JSON value: ") + e.what());
+  }
+}
 
 // Parses a list of non-negative integers; InvalidMetadata(key, field).
 std::vector<std::uint64_t> parse_shape(const nlohmann::json& j, const std::string& key,

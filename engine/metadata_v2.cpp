@@ -57,7 +57,11 @@ V2DataType parse_typestr(const std::string& s, const std::string& key, const std
     const bool digits = body.size() > 1 && std::all_of(body.begin() + 1, body.end(), [](char c) { return c >= '0' && c <= '9'; });
     if (digits && body.size() < 12) n = std::stoull(body.substr(1));
     if (n == 0) bad(key, field, "\"" + s + "\" needs a positive length");
-    out.type = body[0] == 'S' ? DataType::fixed_bytes(n) : DataType::fixed_unicode(n);
+    try {
+      out.type = body[0] == 'S' ? DataType::fixed_bytes(n) : DataType::fixed_unicode(n);
+    } catch (const InvalidArgument& e) {
+      bad(key, field, "\"" + s + "\": " + e.detail());
+    }
     found = true;
   }
   if (!found) throw UnsupportedError(key, field, "unsupported data type '" + s + "'");
@@ -243,7 +247,11 @@ json v2_dtype_to_json(DataType dtype, ByteOrder order) {
 
 // ---- array metadata ------------------------------------------------------------
 
-ArrayMetadata ArrayMetadata::from_v2_json(const json& j, const json& zattrs, const std::string& key) {
+namespace {
+
+// The body of ArrayMetadata::from_v2_json; `field` tracks the member being
+// read so that a JSON type error names it.
+ArrayMetadata parse_v2_array(const json& j, const json& zattrs, const std::string& key, std::string& field) {
   if (!j.is_object()) bad(key, "", "expected a JSON object");
   if (!j.contains("zarr_format") || j["zarr_format"] != 2) bad(key, "zarr_format", "expected 2");
   for (const char* f : {"shape", "chunks", "dtype", "compressor", "fill_value", "order"})
@@ -260,10 +268,12 @@ ArrayMetadata ArrayMetadata::from_v2_json(const json& j, const json& zattrs, con
     if (c == 0) bad(key, "chunks", "chunk dimensions must be > 0");
 
   V2Info info;
+  field = "dtype";
   info.dtype = j["dtype"];
   const V2DataType t = parse_v2_dtype(info.dtype, key);
   m.data_type = t.type;
 
+  field = "order";
   const json& order = j["order"];
   if (order != "C" && order != "F") bad(key, "order", "expected \"C\" or \"F\", got " + order.dump());
   info.order = order.get<std::string>()[0];
@@ -274,6 +284,7 @@ ArrayMetadata ArrayMetadata::from_v2_json(const json& j, const json& zattrs, con
     m.chunk_key_encoding.separator = sep->get<std::string>()[0];
   }
 
+  field = "compressor";
   info.compressor = j["compressor"];
   if (!info.compressor.is_null() && !info.compressor.is_object())
     bad(key, "compressor", "expected null or a codec object {\"id\": ...}, got " + info.compressor.dump());
@@ -281,6 +292,7 @@ ArrayMetadata ArrayMetadata::from_v2_json(const json& j, const json& zattrs, con
   if (!info.filters.is_null() && !info.filters.is_array())
     bad(key, "filters", "expected null or a list of codec objects, got " + info.filters.dump());
 
+  field = "fill_value";
   const auto fill = parse_v2_fill(j["fill_value"], t, key);
   info.fill_value_null = !fill;
   if (fill) m.fill_value = *fill;
@@ -290,10 +302,19 @@ ArrayMetadata ArrayMetadata::from_v2_json(const json& j, const json& zattrs, con
     if (!zattrs.is_object()) bad(attrs_key, "", "expected a JSON object of attributes");
     m.attributes = zattrs;
   }
+  field = "compressor";
   m.codecs = chain(info, t.type, t.order, m.shape.size(), key);
   m.v2 = std::move(info);
+  field = "";
   m.validate(key);
   return m;
+}
+
+}  // namespace
+
+ArrayMetadata ArrayMetadata::from_v2_json(const json& j, const json& zattrs, const std::string& key) {
+  std::string field;
+  return detail::json_guard(key, field, [&] { return parse_v2_array(j, zattrs, key, field); });
 }
 
 void ArrayMetadata::validate_v2(const std::string& key) const {

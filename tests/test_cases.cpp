@@ -161,3 +161,169 @@ TEST_CASE("b16: shard index length follows index_codecs (no crc32c: 32 bytes)", 
   Case c(shared / "cases");
   CHECK(values<std::uint8_t>(c.read("b16_nocrc")) == std::vector<std::uint8_t>{1, 2, 3, 4});
 }
+
+// ---- hostile input -----------------------------------------------------------
+
+TEST_CASE("b34: element counts that overflow 64 bits are refused, never wrapped", "[cases][regression][hostile]") {
+  ZARRCORO_REQUIRE_SHARED(shared);
+  Case c(shared / "cases");
+
+  // A shape of 2^96 elements opens; a small region of it reads the fill
+  // value; the whole array fails at once, before any allocation.
+  auto huge = Array::open_blocking(c.rt, c.store, "b34_shape_2p96");
+  const auto part = huge.read_blocking(Region::parse("0:2,0:2,4294967295:4294967296", huge.shape()));
+  CHECK(part.shape == std::vector<std::uint64_t>{2, 2, 1});
+  CHECK(values<std::uint8_t>(part) == std::vector<std::uint8_t>{7, 7, 7, 7});
+  CHECK(huge.metadata().grid_shape() ==
+        std::vector<std::uint64_t>{std::uint64_t{1} << 32, std::uint64_t{1} << 32, std::uint64_t{1} << 32});
+  try {
+    huge.read_blocking(Region::all(huge.shape()));
+    FAIL("a read of 2^96 elements did not fail");
+  } catch (const InvalidArgument& e) {
+    CHECK(e.field() == "region");
+    CHECK_THAT(e.what(), Catch::Contains("64 bits"));
+  }
+  std::byte one{};
+  CHECK_THROWS_AS(huge.read_blocking(Region::all(huge.shape()), MutableByteSpan(&one, 1)), InvalidArgument);
+  CHECK_THROWS_AS(huge.write_blocking(Region::all(huge.shape()), ByteSpan(&one, 1)), InvalidArgument);
+  // 2^33 x 2^31 x 1 = 2^64 elements: wraps to 0 unchecked.
+  Region wraps{{0, 0, 0}, {std::uint64_t{1} << 33, std::uint64_t{1} << 31, 1}};
+  CHECK_THROWS_AS(huge.read_blocking(wraps, MutableByteSpan()), InvalidArgument);
+
+  // A chunk shape whose element count wraps is refused when the metadata is
+  // read, naming chunk_grid, whatever the chunk holds.
+  for (const char* name : {"b34_chunk_2p64", "b34_chunk_2p64_empty", "b34_chunk_2p64_missing", "b34_chunk_wrap2"}) {
+    INFO(name);
+    try {
+      (void)Array::open_blocking(c.rt, c.store, name);
+      FAIL("opened");
+    } catch (const InvalidMetadata& e) {
+      CHECK(e.key() == std::string(name) + "/zarr.json");
+      CHECK(e.field() == "chunk_grid.configuration.chunk_shape");
+    }
+  }
+  // Shapes that are not 64-bit non-negative integers.
+  for (const char* name : {"b34_shape_2p64", "b34_shape_neg", "b34_shape_frac"}) {
+    INFO(name);
+    try {
+      (void)Array::open_blocking(c.rt, c.store, name);
+      FAIL("opened");
+    } catch (const InvalidMetadata& e) {
+      CHECK(e.field() == "shape");
+    }
+  }
+}
+
+TEST_CASE("b34: a chunk larger than max_chunk_bytes is refused at open and at create", "[cases][regression][hostile]") {
+  Runtime rt({.codec_threads = 1, .max_chunk_bytes = 1 << 20});
+  auto store = std::make_shared<MemoryStore>();
+  ArrayMetadata m;
+  m.shape = {10};
+  m.chunk_shape = {(1 << 20) / 4 + 1};
+  m.data_type = DataTypeKind::int32;
+  try {
+    (void)Array::create_blocking(rt, store, "a", m);
+    FAIL("created");
+  } catch (const UnsupportedError& e) {
+    CHECK(e.field() == "chunk_grid.configuration.chunk_shape");
+    CHECK_THAT(e.what(), Catch::Contains("max_chunk_bytes"));
+  }
+  m.chunk_shape = {(1 << 20) / 4};
+  CHECK_NOTHROW(Array::create_blocking(rt, store, "a", m));
+  // A shard index of 2^20 entries (16 MiB) is over the limit too.
+  m.shape = {1 << 20};
+  m.chunk_shape = {1 << 18};
+  m.codecs = nlohmann::json::parse(R"([{"name":"sharding_indexed","configuration":{"chunk_shape":[1],
+      "codecs":[{"name":"bytes","configuration":{"endian":"little"}}]}}])");
+  Runtime small({.codec_threads = 1, .max_chunk_bytes = 1 << 20});
+  CHECK_THROWS_AS(Array::create_blocking(small, store, "s", m), UnsupportedError);
+}
+
+TEST_CASE("b43: empty and out-of-range region syntax", "[cases][regression][hostile]") {
+  ZARRCORO_REQUIRE_SHARED(shared);
+  Case c(shared / "cases");
+  auto a = Array::open_blocking(c.rt, c.store, "b43_regions");  // uint8 [4,6] = arange(24)
+  REQUIRE(a.shape() == std::vector<std::uint64_t>{4, 6});
+  const auto cols = a.read_blocking(Region::parse(",0:2", a.shape()));
+  CHECK(cols.shape == std::vector<std::uint64_t>{4, 2});
+  CHECK(values<std::uint8_t>(cols) == std::vector<std::uint8_t>{0, 1, 6, 7, 12, 13, 18, 19});
+  const auto whole = a.read_blocking(Region::parse(",", a.shape()));
+  CHECK(whole.shape == std::vector<std::uint64_t>{4, 6});
+  CHECK(whole.as<std::uint8_t>()[23] == 23);
+  CHECK(values<std::uint8_t>(a.read_blocking(Region::parse("2,:3", a.shape()))) == std::vector<std::uint8_t>{12, 13, 14});
+  CHECK(values<std::uint8_t>(a.read_blocking(Region::parse("3:,4:", a.shape()))) == std::vector<std::uint8_t>{22, 23});
+  for (const char* bad : {"0:5,0:6", "18446744073709551615,0:6", "0:18446744073709551616,0:6", "-1:4,0:6",
+                          "3:1,0:6", "0:2", "0:2,0:2,0:2", "4,0:6", "x,0:6", "1:2:3,0:6"}) {
+    INFO(bad);
+    try {
+      (void)Region::parse(bad, a.shape());
+      FAIL("accepted");
+    } catch (const InvalidArgument& e) {
+      CHECK(e.field() == "region");
+    }
+  }
+}
+
+TEST_CASE("hostile metadata: typed errors naming the field, never a JSON library exception", "[hostile]") {
+  Runtime rt({.codec_threads = 1});
+  auto store = std::make_shared<MemoryStore>();
+  const std::string base = R"({"zarr_format":3,"node_type":"array","shape":[4],"data_type":"uint8",
+    "chunk_grid":{"name":"regular","configuration":{"chunk_shape":[2]}},
+    "chunk_key_encoding":{"name":"default"},"fill_value":0,
+    "codecs":[{"name":"bytes"}]})";
+  auto put = [&](const std::string& path, const std::string& doc) {
+    Bytes value(reinterpret_cast<const std::byte*>(doc.data()), reinterpret_cast<const std::byte*>(doc.data()) + doc.size());
+    boost::asio::co_spawn(rt.io_executor(), store->set(path + "/zarr.json", std::move(value)), boost::asio::use_future).get();
+  };
+  auto replaced = [&](const std::string& from, const std::string& to) {
+    std::string doc = base;
+    const auto at = doc.find(from);
+    REQUIRE(at != std::string::npos);
+    return doc.replace(at, from.size(), to);
+  };
+  auto open_error = [&](const std::string& path) -> std::pair<Errc, std::string> {
+    try {
+      (void)Array::open_blocking(rt, store, path);
+    } catch (const Error& e) {
+      return {e.code(), e.field()};
+    }
+    return {Errc::cancelled, "opened"};
+  };
+  put("ok", base);
+  CHECK_NOTHROW(Array::open_blocking(rt, store, "ok"));
+
+  put("number", replaced("\"fill_value\":0", "\"fill_value\":7E777"));
+  CHECK(open_error("number") == std::pair<Errc, std::string>{Errc::invalid_metadata, ""});
+  put("grid_name", replaced("\"name\":\"regular\"", "\"name\":5"));
+  CHECK(open_error("grid_name") == std::pair<Errc, std::string>{Errc::invalid_metadata, "chunk_grid"});
+  put("key_encoding", replaced("{\"name\":\"default\"}", "{\"name\":\"default\",\"configuration\":{\"separator\":7}}"));
+  CHECK(open_error("key_encoding").first == Errc::invalid_metadata);
+  CHECK(open_error("key_encoding").second.rfind("chunk_key_encoding", 0) == 0);
+  put("codec_config", replaced("{\"name\":\"bytes\"}", "{\"name\":\"bytes\",\"configuration\":{\"endian\":5}}"));
+  CHECK(open_error("codec_config").first == Errc::invalid_metadata);
+  CHECK(open_error("codec_config").second.rfind("codecs[0]", 0) == 0);
+  put("zstd_level", replaced("{\"name\":\"bytes\"}", "{\"name\":\"bytes\"},{\"name\":\"zstd\",\"configuration\":{\"level\":\"x\"}}"));
+  CHECK(open_error("zstd_level").first == Errc::invalid_metadata);
+  CHECK(open_error("zstd_level").second.rfind("codecs[1]", 0) == 0);
+  put("utf8", base.substr(0, base.size() - 1) + ",\"attributes\":{\"a\":\"\xff\xfe\"}}");
+  CHECK(open_error("utf8") == std::pair<Errc, std::string>{Errc::invalid_metadata, ""});
+  put("dtype_len", replaced("\"data_type\":\"uint8\"",
+                            "\"data_type\":{\"name\":\"fixed_length_utf32\",\"configuration\":{\"length_bytes\":399999996}}"));
+  CHECK(open_error("dtype_len") == std::pair<Errc, std::string>{Errc::invalid_metadata, "data_type.configuration.length_bytes"});
+
+  // Attributes nested deeper than kMaxJsonDepth: refused, no stack overflow.
+  for (std::size_t depth : {std::size_t{10000}, std::size_t{1000000}}) {
+    INFO(depth);
+    const std::string deep = std::string(depth, '[') + std::string(depth, ']');
+    put("deep", base.substr(0, base.size() - 1) + ",\"attributes\":{\"a\":" + deep + "}}");
+    try {
+      (void)Array::open_blocking(rt, store, "deep");
+      FAIL("opened");
+    } catch (const InvalidMetadata& e) {
+      CHECK_THAT(e.what(), Catch::Contains("nested deeper"));
+    }
+  }
+  const std::string ok_depth = std::string(kMaxJsonDepth - 2, '[') + std::string(kMaxJsonDepth - 2, ']');
+  put("deep_ok", base.substr(0, base.size() - 1) + ",\"attributes\":{\"a\":" + ok_depth + "}}");
+  CHECK_NOTHROW(Array::open_blocking(rt, store, "deep_ok"));
+}

@@ -40,9 +40,15 @@ struct Region {
 
   static Region all(const std::vector<std::uint64_t>& shape);
   std::vector<std::uint64_t> shape() const;
+  // The product of the extents. Raises InvalidArgument(field "region") when
+  // it does not fit in 64 bits (a huge array's whole region may not).
   std::uint64_t num_elements() const;
-  // Parses "0:10,5:20" (":" alone or empty means the whole dimension; a
-  // single index "3" means 3:4) against `shape`. Raises InvalidArgument.
+  // Parses "0:10,5:20" against `shape`: one field per dimension; an empty
+  // field, ":" or "a:" / ":b" with the bound left out means the whole
+  // dimension (or up to / from it), a single index "3" means 3:4. Raises
+  // InvalidArgument(field "region") for a wrong number of fields, a bound
+  // that is not a non-negative 64-bit integer, start > stop, or a range
+  // outside the shape. The whole array: "" or "," repeated rank - 1 times.
   static Region parse(const std::string& text, const std::vector<std::uint64_t>& shape);
 };
 
@@ -91,7 +97,8 @@ class Array {
   std::string describe_codecs() const;
 
   // Reads `region` into `out` (region.num_elements() * dtype().size() bytes).
-  // Raises InvalidArgument (region out of bounds, wrong buffer size),
+  // Raises InvalidArgument (region out of bounds, a byte size that does not
+  // fit in 64 bits, wrong buffer size),
   // CorruptChunk (key = chunk key, field = codec), StoreError.
   awaitable<void> read(Region region, MutableByteSpan out) const;
   awaitable<NdArray> read(Region region) const;

@@ -51,18 +51,26 @@ enum class ByteOrder : std::uint8_t { unspecified, little, big };
 
 struct StructField;
 
+// The largest element a data type may have, in bytes (S<n>, U<n>, struct
+// records): a document declaring more is refused before anything is
+// allocated, so that a few bytes of metadata cannot demand gigabytes.
+inline constexpr std::size_t kMaxElementBytes = std::size_t{1} << 20;
+
 class DataType {
  public:
   constexpr DataType() = default;
   constexpr DataType(DataTypeKind kind) : kind_(kind) {}  // NOLINT: implicit by design
 
-  // NumPy "S<length>": `length` (>= 1) bytes, zero-padded.
+  // NumPy "S<length>": `length` bytes, zero-padded. Raises
+  // InvalidArgument(field "length") unless 1 <= length <= kMaxElementBytes.
   static DataType fixed_bytes(std::size_t length);
-  // NumPy "U<chars>": `chars` (>= 1) UTF-32 code units (4 bytes each), zero-padded.
+  // NumPy "U<chars>": `chars` UTF-32 code units (4 bytes each), zero-padded.
+  // Raises InvalidArgument(field "length") unless 1 <= chars <= kMaxElementBytes / 4.
   static DataType fixed_unicode(std::size_t chars);
   // A packed record of `fields` in order (offsets are computed; no padding).
   // Raises InvalidArgument(field "fields") for no fields, an empty or
-  // duplicate name, or a field of zero size.
+  // duplicate name, a field of zero size, or a record larger than
+  // kMaxElementBytes.
   static DataType structured(std::vector<StructField> fields);
 
   // Parses a Zarr v3 core data type name ("int32", "float16", "complex64",

@@ -149,8 +149,13 @@ struct ArrayMetadata {
 // `ascii`: non-ASCII characters as \u escapes (zarr-python 2 reads v2
 // documents as ASCII).
 std::string dump_json(const nlohmann::json& j, bool ascii = false);
+// The deepest nesting of arrays and objects parse_json accepts: metadata and
+// attributes from untrusted stores cannot exhaust the stack.
+inline constexpr std::size_t kMaxJsonDepth = 128;
+
 // Parses a metadata document; accepts the bare NaN/Infinity/-Infinity tokens
-// that some writers emit. Raises InvalidMetadata(key, "") on a syntax error.
+// that some writers emit. Raises InvalidMetadata(key, "") on a syntax error,
+// invalid UTF-8, a number out of range, or nesting deeper than kMaxJsonDepth.
 nlohmann::json parse_json(std::string_view text, const std::string& key);
 
 }  // namespace zarrcoro

@@ -53,6 +53,11 @@ struct RuntimeOptions {
   std::size_t inline_bytes = std::size_t{256} << 10;   // trivial batches up to this run inline
   std::size_t coalesce_gap = std::size_t{1} << 20;     // shard reads: merge byte ranges closer than this
   std::size_t coalesce_max = std::size_t{16} << 20;    // ...into requests of at most this many bytes
+  // The largest decoded chunk (or shard, or shard index) an array may
+  // declare: Array::open and Array::create refuse larger ones with
+  // UnsupportedError naming chunk_grid, so that a few bytes of metadata
+  // cannot make a read allocate without bound.
+  std::uint64_t max_chunk_bytes = std::uint64_t{1} << 30;
   Dispatch dispatch = Dispatch::batched;
   std::chrono::microseconds lag_probe_interval{5000};  // 0 disables the loop-lag probe
 };
