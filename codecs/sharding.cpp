@@ -18,7 +18,9 @@ std::vector<std::uint64_t> parse_chunk_shape(const json& j) {
   if (!j.is_array()) throw InvalidMetadata("", "chunk_shape", "expected an array of positive integers");
   std::vector<std::uint64_t> out;
   for (const auto& v : j) {
-    if (!v.is_number_unsigned() || v.get<std::uint64_t>() == 0)
+    // Signed JSON integers count too: {8, 8} built in C++ is signed.
+    if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<std::int64_t>() <= 0) ||
+        v.get<std::uint64_t>() == 0)
       throw InvalidMetadata("", "chunk_shape", "expected positive integers, got " + j.dump());
     out.push_back(v.get<std::uint64_t>());
   }

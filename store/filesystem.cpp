@@ -116,6 +116,7 @@ auto FilesystemStore::offload(F f) {
 FilesystemStore::FilesystemStore(asio::any_io_executor io, fs::path root, FilesystemOptions opts)
     : io_(std::move(io)),
       threads_(std::max(1u, opts.fallback_threads)),
+      stale_temp_age_(opts.stale_temp_age),
       uring_(opts.use_io_uring),
       pool_(threads_) {
   std::error_code ec;
@@ -259,6 +260,16 @@ bool FilesystemStore::exists_now(const std::string& key) const {
   fail(key, "cannot stat " + in_quotes(p), errno);
 }
 
+// A temporary file is stale when nothing has written it for stale_temp_age:
+// its writer was killed. Failures (raced by another cleaner) are ignored.
+void FilesystemStore::remove_if_stale(const fs::path& path) const {
+  if (stale_temp_age_.count() <= 0) return;
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return;
+  const auto written = std::chrono::system_clock::from_time_t(st.st_mtim.tv_sec);
+  if (std::chrono::system_clock::now() - written > stale_temp_age_) ::unlink(path.c_str());
+}
+
 std::vector<std::string> FilesystemStore::list_now(const std::string& prefix) const {
   std::vector<std::string> keys;
   // Start at the deepest directory the prefix names.
@@ -288,7 +299,9 @@ std::vector<std::string> FilesystemStore::list_now(const std::string& prefix) co
       if (it->is_directory(sec) && !it->is_symlink(sec)) {
         const std::string sub = key + "/";
         if (sub.starts_with(prefix) || prefix.starts_with(sub)) self(self, it->path(), sub);
-      } else if (it->is_regular_file(sec) && !is_temp_name(name) && key.starts_with(prefix)) {
+      } else if (is_temp_name(name)) {
+        remove_if_stale(it->path());
+      } else if (it->is_regular_file(sec) && key.starts_with(prefix)) {
         keys.push_back(key);
       }
     }

@@ -222,6 +222,21 @@ TEST_CASE("a compressor in index_codecs is rejected (b16)", "[sharding][regressi
                   InvalidMetadata);  // shard shape not divisible by the inner chunk shape
 }
 
+TEST_CASE("sharding chunk_shape given as signed JSON integers is accepted", "[sharding][regression]") {
+  Runtime rt({.codec_threads = 1});
+  json codecs = sharding({2}, kCrc);
+  codecs[0]["configuration"]["chunk_shape"] = json::array({2, 2});  // int literals: signed JSON integers
+  auto a = Array::create_blocking(rt, std::make_shared<MemoryStore>(), "", meta({4, 4}, {4, 4}, codecs));
+  const auto v = iota_vec(16);
+  a.write_blocking(Region::all(a.shape()), std::as_bytes(std::span(v)));
+  const auto back = a.read_blocking(Region::parse("2:4,0:2", a.shape()));
+  CHECK(std::vector<std::int32_t>(back.as<std::int32_t>().begin(), back.as<std::int32_t>().end()) ==
+        std::vector<std::int32_t>{9, 10, 13, 14});
+  codecs[0]["configuration"]["chunk_shape"] = json::array({2, -2});
+  CHECK_THROWS_AS(Array::create_blocking(rt, std::make_shared<MemoryStore>(), "", meta({4, 4}, {4, 4}, codecs)),
+                  InvalidMetadata);
+}
+
 TEST_CASE("8 writers x 1000 single-element writes into one shard lose no update", "[sharding][concurrency]") {
   const bool on_disk = GENERATE(false, true);
   Runtime rt({.codec_threads = 2});

@@ -204,6 +204,15 @@ TEST_CASE("FilesystemStore: layout and atomic replace and errors", "[stores][fil
     CHECK(h.list("") == Strings{".zattrs", "a/.c.tmp.not-hex-at-all"});
   }
 
+  SECTION("stale temporary files left by a killed writer are removed by list") {
+    spit(root / "a/.c.tmp.0123456789abcdef", "left by a writer killed an hour ago");
+    spit(root / "a/.d.tmp.fedcba9876543210", "a write in progress");
+    const auto old = fs::file_time_type::clock::now() - std::chrono::hours(2);
+    fs::last_write_time(root / "a/.c.tmp.0123456789abcdef", old);
+    CHECK(h.list("") == Strings{});
+    CHECK(files_below(root) == Strings{"a/.d.tmp.fedcba9876543210"});
+  }
+
   SECTION("a directory at the key is not a value") {
     h.set("dir/x", "1");
     CHECK_FALSE(h.get("dir").has_value());

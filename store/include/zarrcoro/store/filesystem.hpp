@@ -16,8 +16,11 @@
 // Layout: values are plain files; writes go to a hidden temporary file
 // ".<name>.tmp.<16 hex digits>" in the target directory which is then renamed
 // over the target, so readers see the old or the new value, never a mix.
-// Files of that pattern are never listed. Writes are not fsync'ed: atomic
-// against concurrent readers, not durable across a power loss.
+// Files of that pattern are never read or listed; one that a killed writer
+// left behind is removed by the next list() that walks its directory once it
+// is older than FilesystemOptions::stale_temp_age (a live writer holds its
+// temporary file for the duration of one write). Writes are not fsync'ed:
+// atomic against concurrent readers, not durable across a power loss.
 //
 // Keys are validated with validate_key (InvalidArgument). A key whose path
 // resolves, through a symlink, outside the root is refused with StoreError;
@@ -26,6 +29,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <string>
 
@@ -39,6 +43,9 @@ namespace zarrcoro {
 struct FilesystemOptions {
   bool use_io_uring = true;       // false: always use the blocking fallback pool
   unsigned fallback_threads = 2;  // threads of the owned pool (at least 1)
+  // list() removes temporary files whose last write is older than this
+  // (left by a writer that was killed); zero keeps them.
+  std::chrono::seconds stale_temp_age{3600};
 };
 
 class FilesystemStore : public Store {
@@ -65,8 +72,8 @@ class FilesystemStore : public Store {
   // Success: whether a regular file is at the key. Failure: as get.
   awaitable<bool> exists(std::string key) override;
   // Success: sorted keys of the regular files whose '/'-joined relative path
-  // starts with `prefix` (temporary files excluded; a prefix no valid key
-  // can start with yields none). Failure: StoreError.
+  // starts with `prefix` (temporary files excluded, stale ones removed; a
+  // prefix no valid key can start with yields none). Failure: StoreError.
   awaitable<std::vector<std::string>> list(std::string prefix) override;
   // "file://<absolute root>"
   std::string url() const override;
@@ -88,6 +95,7 @@ class FilesystemStore : public Store {
   void erase_now(const std::string& key) const;
   bool exists_now(const std::string& key) const;
   std::vector<std::string> list_now(const std::string& prefix) const;
+  void remove_if_stale(const std::filesystem::path& path) const;
   void disable_uring(const char* why);
   template <class F>
   auto offload(F f);
@@ -95,6 +103,7 @@ class FilesystemStore : public Store {
   boost::asio::any_io_executor io_;
   std::filesystem::path root_;
   unsigned threads_;
+  std::chrono::seconds stale_temp_age_;
   std::atomic<bool> uring_;
   boost::asio::thread_pool pool_;
 };
