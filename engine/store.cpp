@@ -21,4 +21,25 @@ void validate_key(const std::string& key) {
   }
 }
 
+awaitable<ReadResult> Store::read(std::string key, ReadOptions options) {
+  if (!options.if_equal.unknown())
+    throw UnsupportedError(key, "if_equal", url() + " cannot read conditionally (it does not version values)");
+  ReadResult r;
+  r.value = co_await get(std::move(key), options.range);
+  if (!r.value) r.generation = Generation::absent();
+  co_return r;
+}
+
+awaitable<std::optional<Generation>> Store::write(std::string key, std::optional<Bytes> value,
+                                                  WriteOptions options) {
+  if (!options.if_equal.unknown())
+    throw UnsupportedError(key, "if_equal", url() + " cannot write conditionally (it does not version values)");
+  if (value) {
+    co_await set(std::move(key), std::move(*value));
+    co_return Generation{};
+  }
+  co_await erase(std::move(key));
+  co_return Generation::absent();
+}
+
 }  // namespace zarrcoro

@@ -20,6 +20,32 @@ awaitable<std::optional<Bytes>> CountingStore::get(std::string key, ByteRange ra
   co_return value;
 }
 
+awaitable<ReadResult> CountingStore::read(std::string key, ReadOptions options) {
+  ++gets_;
+  {
+    std::lock_guard lock(log_mu_);
+    log_.emplace_back(key, options.range);
+  }
+  auto r = co_await inner_->read(std::move(key), std::move(options));
+  if (r.value) get_bytes_ += r.value->size();
+  else if (r.changed) ++conflicts_;
+  else ++get_misses_;
+  co_return r;
+}
+
+awaitable<std::optional<Generation>> CountingStore::write(std::string key, std::optional<Bytes> value,
+                                                          WriteOptions options) {
+  if (value) {
+    ++sets_;
+    set_bytes_ += value->size();
+  } else {
+    ++erases_;
+  }
+  auto g = co_await inner_->write(std::move(key), std::move(value), std::move(options));
+  if (!g) ++conflicts_;
+  co_return g;
+}
+
 awaitable<void> CountingStore::set(std::string key, Bytes value) {
   ++sets_;
   set_bytes_ += value.size();
@@ -44,7 +70,7 @@ awaitable<std::vector<std::string>> CountingStore::list(std::string prefix) {
 std::string CountingStore::url() const { return "counting+" + inner_->url(); }
 
 CountingStore::Counts CountingStore::counts() const {
-  return {gets_, get_bytes_, get_misses_, sets_, set_bytes_, erases_, exists_, lists_};
+  return {gets_, get_bytes_, get_misses_, sets_, set_bytes_, erases_, conflicts_, exists_, lists_};
 }
 
 std::vector<std::pair<std::string, ByteRange>> CountingStore::gets_log() const {
@@ -53,7 +79,7 @@ std::vector<std::pair<std::string, ByteRange>> CountingStore::gets_log() const {
 }
 
 void CountingStore::reset() {
-  for (auto* c : {&gets_, &get_bytes_, &get_misses_, &sets_, &set_bytes_, &erases_, &exists_, &lists_})
+  for (auto* c : {&gets_, &get_bytes_, &get_misses_, &sets_, &set_bytes_, &erases_, &exists_, &lists_, &conflicts_})
     *c = 0;
   std::lock_guard lock(log_mu_);
   log_.clear();

@@ -1,13 +1,17 @@
 #include <zarrcoro/store/filesystem.hpp>
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <functional>
+#include <thread>
 #include <random>
 #include <system_error>
 
@@ -62,6 +66,53 @@ std::string temp_name(const std::string& name) {
 void close_fd(int fd) {
   if (fd >= 0) ::close(fd);
 }
+
+// The generation of the file `st` describes: a new file (every write
+// renames a new one into place) has a new inode and modification time.
+Generation generation_of(const struct stat& st) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "f%llx:%llx:%llx:%llx.%lx", static_cast<unsigned long long>(st.st_dev),
+                static_cast<unsigned long long>(st.st_ino), static_cast<unsigned long long>(st.st_size),
+                static_cast<unsigned long long>(st.st_mtim.tv_sec), static_cast<long>(st.st_mtim.tv_nsec));
+  return {buf};
+}
+
+// An exclusive flock(2) on a directory, held by conditional writes of the
+// keys in it for the few system calls of check-and-rename. The kernel drops
+// it when the holder's descriptor closes, also when the process is killed,
+// so a dead writer never blocks others; a live holder that does not let go
+// within kLockWait (stopped by a debugger, say) makes the write fail.
+constexpr auto kLockWait = std::chrono::seconds(30);
+
+class DirLock {
+ public:
+  DirLock(const std::string& key, const fs::path& dir) {
+    fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd_ < 0 && errno != ENOENT) fail(key, "cannot open " + in_quotes(dir), errno);
+    if (fd_ < 0) return;  // no directory: nothing to lock, the check sees no value
+    const auto deadline = std::chrono::steady_clock::now() + kLockWait;
+    auto pause = std::chrono::microseconds(20);
+    while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      if (err != EWOULDBLOCK && err != EINTR) {
+        ::close(fd_);
+        fail(key, "cannot lock " + in_quotes(dir), err);
+      }
+      if (std::chrono::steady_clock::now() > deadline) {
+        ::close(fd_);
+        throw StoreError(key, "", "timed out waiting for the write lock on " + in_quotes(dir));
+      }
+      std::this_thread::sleep_for(pause);
+      pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(5));
+    }
+  }
+  ~DirLock() { close_fd(fd_); }
+  DirLock(const DirLock&) = delete;
+  DirLock& operator=(const DirLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
 
 // Wraps `fd` in an io_uring file, or returns nullopt (with `why`) if io_uring
 // cannot be set up; `fd` is then still owned by the caller.
@@ -150,7 +201,8 @@ fs::path FilesystemStore::resolve(const std::string& key) const {
 }
 
 // Opens the regular file at `key` for reading; returns -1 if there is none.
-int FilesystemStore::open_for_read(const std::string& key, std::uint64_t& size) const {
+// `generation` is taken from the open file, so it describes the bytes read.
+int FilesystemStore::open_for_read(const std::string& key, std::uint64_t& size, Generation& generation) const {
   const fs::path p = resolve(key);
   // O_NONBLOCK so that a FIFO cannot block the open; cleared below.
   const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -174,14 +226,38 @@ int FilesystemStore::open_for_read(const std::string& key, std::uint64_t& size) 
   }
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   size = static_cast<std::uint64_t>(st.st_size);
+  generation = generation_of(st);
   return fd;
 }
 
-std::optional<Bytes> FilesystemStore::read_now(const std::string& key, ByteRange range) const {
+// The generation of the value at `target` now (absent() if no regular file).
+Generation FilesystemStore::current_generation(const std::string& key, const fs::path& target) const {
+  struct stat st {};
+  if (::stat(target.c_str(), &st) == 0) return S_ISREG(st.st_mode) ? generation_of(st) : Generation::absent();
+  if (errno == ENOENT || errno == ENOTDIR) return Generation::absent();
+  fail(key, "cannot stat " + in_quotes(target), errno);
+}
+
+// Opens `key` for a read; -1 when there is nothing to read: no value
+// (result: absent) or a failed condition (result: changed).
+int FilesystemStore::open_checked(const std::string& key, const ReadOptions& options, std::uint64_t& size,
+                                  ReadResult& result) const {
+  const int fd = open_for_read(key, size, result.generation);
+  if (fd < 0) result.generation = Generation::absent();
+  if (!options.if_equal.unknown() && options.if_equal != result.generation) {
+    close_fd(fd);
+    result.changed = true;
+    return -1;
+  }
+  return fd;
+}
+
+ReadResult FilesystemStore::read_now(const std::string& key, const ReadOptions& options) const {
+  ReadResult result;
   std::uint64_t size = 0;
-  const int fd = open_for_read(key, size);
-  if (fd < 0) return std::nullopt;
-  const ByteExtent e = clip(range, size);
+  const int fd = open_checked(key, options, size, result);
+  if (fd < 0) return result;
+  const ByteExtent e = clip(options.range, size);
   Bytes out(e.size());
   std::size_t done = 0;
   while (done < out.size()) {
@@ -197,7 +273,8 @@ std::optional<Bytes> FilesystemStore::read_now(const std::string& key, ByteRange
   }
   ::close(fd);
   out.resize(done);
-  return out;
+  result.value = std::move(out);
+  return result;
 }
 
 FilesystemStore::Temp FilesystemStore::create_temp(const std::string& key,
@@ -217,17 +294,32 @@ FilesystemStore::Temp FilesystemStore::create_temp(const std::string& key,
   }
 }
 
-void FilesystemStore::commit(const std::string& key, Temp& temp, const fs::path& target) const {
+// Renames the written temporary file over `target` if the value there has
+// generation `if_equal` (when known); returns the new value's generation, or
+// nullopt (the temporary file is then removed) when the condition failed.
+std::optional<Generation> FilesystemStore::commit(const std::string& key, Temp& temp, const fs::path& target,
+                                                  const Generation& if_equal) const {
+  struct stat st {};
   if (temp.fd >= 0) {
     const int fd = std::exchange(temp.fd, -1);
-    if (::close(fd) != 0) fail(key, "cannot write " + in_quotes(temp.path), errno);
+    const bool stat_ok = ::fstat(fd, &st) == 0;
+    if (::close(fd) != 0 || !stat_ok) fail(key, "cannot write " + in_quotes(temp.path), errno);
+  } else if (::stat(temp.path.c_str(), &st) != 0) {
+    fail(key, "cannot stat " + in_quotes(temp.path), errno);
+  }
+  std::optional<DirLock> lock;
+  if (!if_equal.unknown()) {
+    lock.emplace(key, target.parent_path());
+    if (current_generation(key, target) != if_equal) return std::nullopt;
   }
   if (::rename(temp.path.c_str(), target.c_str()) != 0)
     fail(key, "cannot replace " + in_quotes(target), errno);
   temp.committed = true;
+  return generation_of(st);  // rename keeps the inode and the times
 }
 
-void FilesystemStore::write_now(const std::string& key, const Bytes& value) const {
+std::optional<Generation> FilesystemStore::write_now(const std::string& key, const Bytes& value,
+                                                     const Generation& if_equal) const {
   const fs::path target = resolve(key);
   Temp temp = create_temp(key, target);
   std::size_t done = 0;
@@ -237,19 +329,27 @@ void FilesystemStore::write_now(const std::string& key, const Bytes& value) cons
     if (n <= 0) fail(key, "cannot write " + in_quotes(temp.path), n < 0 ? errno : EIO);
     done += static_cast<std::size_t>(n);
   }
-  commit(key, temp, target);
+  return commit(key, temp, target, if_equal);
 }
 
-void FilesystemStore::erase_now(const std::string& key) const {
+bool FilesystemStore::erase_now(const std::string& key, const Generation& if_equal) const {
   // Resolve only the parent: a symlink at the key itself is removed, not followed.
   const fs::path lexical = root_ / key;
   const std::string parent_key = fs::path(key).parent_path().string();
   if (!parent_key.empty()) resolve(parent_key);
-  if (::unlink(lexical.c_str()) != 0 && errno != ENOENT && errno != ENOTDIR && errno != EISDIR)
-    fail(key, "cannot remove " + in_quotes(lexical), errno);
+  {
+    std::optional<DirLock> lock;
+    if (!if_equal.unknown()) {
+      lock.emplace(key, lexical.parent_path());
+      if (current_generation(key, lexical) != if_equal) return false;
+    }
+    if (::unlink(lexical.c_str()) != 0 && errno != ENOENT && errno != ENOTDIR && errno != EISDIR)
+      fail(key, "cannot remove " + in_quotes(lexical), errno);
+  }
   for (fs::path dir = lexical.parent_path(); dir != root_ && within(root_, dir);
        dir = dir.parent_path())
     if (::rmdir(dir.c_str()) != 0) break;  // not empty (or already gone): stop
+  return true;
 }
 
 bool FilesystemStore::exists_now(const std::string& key) const {
@@ -313,15 +413,16 @@ std::vector<std::string> FilesystemStore::list_now(const std::string& prefix) co
   return keys;
 }
 
-awaitable<std::optional<Bytes>> FilesystemStore::get(std::string key, ByteRange range) {
+awaitable<ReadResult> FilesystemStore::read(std::string key, ReadOptions options) {
   validate_key(key);
   if (uses_io_uring()) {
+    ReadResult result;
     std::uint64_t size = 0;
-    const int fd = open_for_read(key, size);
-    if (fd < 0) co_return std::nullopt;
+    const int fd = open_checked(key, options, size, result);
+    if (fd < 0) co_return result;
     std::string why;
     if (auto file = wrap(io_, fd, why)) {
-      const ByteExtent e = clip(range, size);
+      const ByteExtent e = clip(options.range, size);
       Bytes out(e.size());
       std::size_t done = 0;
       while (done < out.size()) {
@@ -334,28 +435,42 @@ awaitable<std::optional<Bytes>> FilesystemStore::get(std::string key, ByteRange 
         if (ec) throw StoreError(key, "", "cannot read " + in_quotes(root_ / key) + ": " + ec.message());
       }
       out.resize(done);
-      co_return out;
+      result.value = std::move(out);
+      co_return result;
     }
     close_fd(fd);
     disable_uring(why.c_str());
   }
-  auto job = std::bind_front(&FilesystemStore::read_now, this, std::move(key), range);
+  auto job = std::bind_front(&FilesystemStore::read_now, this, std::move(key), std::move(options));
   co_return co_await offload(std::move(job));
 }
 
-awaitable<void> FilesystemStore::set(std::string key, Bytes value) {
+awaitable<std::optional<Generation>> FilesystemStore::write(std::string key, std::optional<Bytes> value,
+                                                            WriteOptions options) {
   validate_key(key);
+  if (!value) {
+    // An unconditional erase is a few short system calls; a conditional one
+    // may wait for the directory lock: on the pool.
+    if (uses_io_uring() && options.if_equal.unknown()) {
+      erase_now(key, {});
+      co_return Generation::absent();
+    }
+    auto job = std::bind_front(&FilesystemStore::erase_now, this, std::move(key), std::move(options.if_equal));
+    if (!co_await offload(std::move(job))) co_return std::nullopt;
+    co_return Generation::absent();
+  }
   if (uses_io_uring()) {
     const fs::path target = resolve(key);
     Temp temp = create_temp(key, target);
     std::string why;
     if (auto file = wrap(io_, temp.fd, why)) {
       temp.fd = -1;  // owned by `file` now
+      const Bytes& bytes = *value;
       std::size_t done = 0;
-      while (done < value.size()) {
+      while (done < bytes.size()) {
         boost::system::error_code ec;
         const std::size_t n = co_await file->async_write_some_at(
-            done, asio::buffer(value.data() + done, value.size() - done),
+            done, asio::buffer(bytes.data() + done, bytes.size() - done),
             asio::redirect_error(asio::use_awaitable, ec));
         done += n;
         if (!ec && n == 0) ec = asio::error::make_error_code(asio::error::broken_pipe);
@@ -364,23 +479,33 @@ awaitable<void> FilesystemStore::set(std::string key, Bytes value) {
       boost::system::error_code ec;
       file->close(ec);
       if (ec) throw StoreError(key, "", "cannot write " + in_quotes(temp.path) + ": " + ec.message());
-      commit(key, temp, target);
-      co_return;
+      if (options.if_equal.unknown()) co_return commit(key, temp, target, {});
+      auto job = [this, &key, &temp, &target, &options] { return commit(key, temp, target, options.if_equal); };
+      co_return co_await offload(std::move(job));
     }
     disable_uring(why.c_str());
   }
-  auto job = std::bind_front(&FilesystemStore::write_now, this, std::move(key), std::move(value));
-  co_await offload(std::move(job));
+  auto job = std::bind_front(&FilesystemStore::write_now, this, std::move(key), std::move(*value),
+                             std::move(options.if_equal));
+  co_return co_await offload(std::move(job));
+}
+
+awaitable<std::optional<Bytes>> FilesystemStore::get(std::string key, ByteRange range) {
+  ReadOptions options;  // named: g++ 12 miscompiles a braced temporary beside co_await
+  options.range = range;
+  auto r = co_await read(std::move(key), std::move(options));
+  co_return std::move(r.value);
+}
+
+awaitable<void> FilesystemStore::set(std::string key, Bytes value) {
+  std::optional<Bytes> v(std::move(value));
+  WriteOptions unconditional;  // named: see get
+  co_await write(std::move(key), std::move(v), std::move(unconditional));
 }
 
 awaitable<void> FilesystemStore::erase(std::string key) {
-  validate_key(key);
-  if (uses_io_uring()) {
-    erase_now(key);  // a few short system calls
-    co_return;
-  }
-  auto job = std::bind_front(&FilesystemStore::erase_now, this, std::move(key));
-  co_await offload(std::move(job));
+  WriteOptions unconditional;
+  co_await write(std::move(key), std::nullopt, std::move(unconditional));
 }
 
 awaitable<bool> FilesystemStore::exists(std::string key) {

@@ -20,38 +20,71 @@ ByteExtent clip(const ByteRange& range, std::uint64_t size) {
   return {begin, end};
 }
 
-awaitable<std::optional<Bytes>> MemoryStore::get(std::string key, ByteRange range) {
+Generation MemoryStore::generation_of(const Entry* e) {
+  return e ? Generation{"m" + std::to_string(e->version)} : Generation::absent();
+}
+
+awaitable<ReadResult> MemoryStore::read(std::string key, ReadOptions options) {
   validate_key(key);
+  ReadResult r;
   std::shared_ptr<const Bytes> value;
   {
     std::lock_guard lock(mu_);
-    auto it = values_.find(key);
-    if (it == values_.end()) co_return std::nullopt;
-    value = it->second;
+    const auto it = values_.find(key);
+    const Entry* e = it == values_.end() ? nullptr : &it->second;
+    r.generation = generation_of(e);
+    if (!options.if_equal.unknown() && options.if_equal != r.generation) {
+      r.changed = true;
+      co_return r;
+    }
+    if (e) value = e->bytes;
   }
-  const ByteExtent e = clip(range, value->size());
-  co_return Bytes(value->begin() + e.begin, value->begin() + e.end);
+  if (value) {
+    const ByteExtent e = clip(options.range, value->size());
+    r.value = Bytes(value->begin() + e.begin, value->begin() + e.end);
+  }
+  co_return r;
+}
+
+awaitable<std::optional<Generation>> MemoryStore::write(std::string key, std::optional<Bytes> value,
+                                                        WriteOptions options) {
+  validate_key(key);
+  std::shared_ptr<const Bytes> shared, old;  // allocated and freed outside the lock
+  if (value) shared = std::make_shared<const Bytes>(std::move(*value));
+  std::lock_guard lock(mu_);
+  const auto it = values_.find(key);
+  if (!options.if_equal.unknown() &&
+      options.if_equal != generation_of(it == values_.end() ? nullptr : &it->second))
+    co_return std::nullopt;
+  if (!shared) {
+    if (it != values_.end()) {
+      old = std::move(it->second.bytes);
+      values_.erase(it);
+    }
+    co_return Generation::absent();
+  }
+  const Entry entry{std::move(shared), next_version_++};
+  Generation g = generation_of(&entry);
+  values_.insert_or_assign(std::move(key), entry);
+  co_return g;
+}
+
+awaitable<std::optional<Bytes>> MemoryStore::get(std::string key, ByteRange range) {
+  ReadOptions options;  // named: g++ 12 miscompiles a braced temporary beside co_await
+  options.range = range;
+  auto r = co_await read(std::move(key), std::move(options));
+  co_return std::move(r.value);
 }
 
 awaitable<void> MemoryStore::set(std::string key, Bytes value) {
-  validate_key(key);
-  auto shared = std::make_shared<const Bytes>(std::move(value));
-  std::lock_guard lock(mu_);
-  values_.insert_or_assign(std::move(key), std::move(shared));
-  co_return;
+  std::optional<Bytes> v(std::move(value));
+  WriteOptions unconditional;  // named: see get
+  co_await write(std::move(key), std::move(v), std::move(unconditional));
 }
 
 awaitable<void> MemoryStore::erase(std::string key) {
-  validate_key(key);
-  std::shared_ptr<const Bytes> old;  // freed outside the lock
-  {
-    std::lock_guard lock(mu_);
-    if (auto it = values_.find(key); it != values_.end()) {
-      old = std::move(it->second);
-      values_.erase(it);
-    }
-  }
-  co_return;
+  WriteOptions unconditional;
+  co_await write(std::move(key), std::nullopt, std::move(unconditional));
 }
 
 awaitable<bool> MemoryStore::exists(std::string key) {

@@ -112,6 +112,20 @@ struct StoreHarness {
   void erase(const std::string& key) { run(io, store->erase(key)); }
   bool exists(const std::string& key) { return run(io, store->exists(key)); }
   std::vector<std::string> list(const std::string& prefix) { return run(io, store->list(prefix)); }
+  ReadResult read(const std::string& key, Generation if_equal = {}, ByteRange r = {}) {
+    ReadOptions o;
+    o.range = r;
+    o.if_equal = std::move(if_equal);
+    return run(io, store->read(key, std::move(o)));
+  }
+  std::optional<Generation> write(const std::string& key, std::optional<std::string_view> value,
+                                  Generation if_equal = {}) {
+    WriteOptions o;
+    o.if_equal = std::move(if_equal);
+    std::optional<Bytes> v;
+    if (value) v = bytes_of(*value);
+    return run(io, store->write(key, std::move(v), std::move(o)));
+  }
 };
 
 namespace conformance_detail {
@@ -137,6 +151,26 @@ inline awaitable<void> read_uniform(std::shared_ptr<Store> s, std::string key, i
     if (!v || v->size() != size ||
         std::any_of(v->begin(), v->end(), [&](std::byte b) { return b != v->front(); }))
       ++*torn;
+  }
+}
+
+// Adds 1 to the decimal counter at `key` `rounds` times, each an optimistic
+// read-modify-write (conditional write, retried on conflict).
+inline awaitable<void> increment(std::shared_ptr<Store> s, std::string key, int rounds, int* conflicts) {
+  for (int r = 0; r < rounds; ++r) {
+    for (;;) {
+      ReadOptions ro;
+      const ReadResult cur = co_await s->read(key, std::move(ro));
+      const int n = cur.value ? std::stoi(std::string(reinterpret_cast<const char*>(cur.value->data()),
+                                                      cur.value->size()))
+                              : 0;
+      const std::string next = std::to_string(n + 1);
+      std::optional<Bytes> v(bytes_of(next));
+      WriteOptions wo;
+      wo.if_equal = cur.generation;
+      if (co_await s->write(key, std::move(v), std::move(wo))) break;
+      ++*conflicts;
+    }
   }
 }
 
@@ -293,6 +327,72 @@ inline void run_store_conformance(
       CHECK((*got[i] == want[i]));
     }
     CHECK(h.list("c/").size() == n);
+  }
+
+  SECTION("versions: reads return generations; conditional reads, writes and erases") {
+    h.set("k", "one");
+    const ReadResult r1 = h.read("k");
+    REQUIRE(r1.value);
+    CHECK(h.text("k") == "one");
+    if (r1.generation.unknown()) {  // a store that cannot version values refuses conditions
+      CHECK_THROWS_AS(h.read("k", r1.generation.absent()), UnsupportedError);
+      CHECK_THROWS_AS(h.write("k", "x", Generation::absent()), UnsupportedError);
+      return;
+    }
+    const Generation g1 = r1.generation;
+    CHECK_FALSE(g1.is_absent());
+    const ReadResult missing = h.read("nope");
+    CHECK_FALSE(missing.value);
+    CHECK_FALSE(missing.changed);
+    CHECK(missing.generation == Generation::absent());
+    // Unchanged value: the same generation; a matching condition reads (ranges too).
+    CHECK(h.read("k").generation == g1);
+    const ReadResult same = h.read("k", g1, ByteRange::from(1, 2));
+    CHECK_FALSE(same.changed);
+    REQUIRE(same.value);
+    CHECK(*same.value == bytes_of("ne"));
+    // Replaced (even by the same bytes): a new generation; the old one no longer reads.
+    h.set("k", "one");
+    const Generation g2 = h.read("k").generation;
+    CHECK(g2 != g1);
+    const ReadResult stale = h.read("k", g1);
+    CHECK(stale.changed);
+    CHECK_FALSE(stale.value);
+    CHECK(h.read("nope", g1).changed);
+    CHECK_FALSE(h.read("nope", Generation::absent()).changed);
+    // Conditional writes: only against the current generation.
+    CHECK_FALSE(h.write("k", "two", g1));
+    CHECK(h.text("k") == "one");
+    const auto g3 = h.write("k", "two", g2);
+    REQUIRE(g3);
+    CHECK(h.text("k") == "two");
+    CHECK(h.read("k").generation == *g3);
+    CHECK_FALSE(h.write("k", "three", Generation::absent()));  // "only if absent" on a present key
+    const auto created = h.write("new/key", "v", Generation::absent());
+    REQUIRE(created);
+    CHECK(h.read("new/key").generation == *created);
+    // Conditional erases.
+    CHECK_FALSE(h.write("k", std::nullopt, g2));
+    CHECK(h.exists("k"));
+    CHECK(h.write("k", std::nullopt, *g3) == Generation::absent());
+    CHECK_FALSE(h.exists("k"));
+    CHECK(h.write("k", std::nullopt, Generation::absent()) == Generation::absent());
+    // Unconditional writes report the new generation.
+    const auto g4 = h.write("k", "four");
+    REQUIRE(g4);
+    CHECK(h.read("k").generation == *g4);
+  }
+
+  SECTION("versions: concurrent optimistic increments lose no update") {
+    h.set("counter", "0");
+    if (h.read("counter").generation.unknown()) return;
+    constexpr int workers = 8, rounds = 25;
+    int conflicts[workers] = {};
+    std::vector<awaitable<void>> jobs;
+    for (int w = 0; w < workers; ++w)
+      jobs.push_back(conformance_detail::increment(h.store, "counter", rounds, &conflicts[w]));
+    run_all(h.io, std::move(jobs), 4);
+    CHECK(h.text("counter") == std::to_string(workers * rounds));
   }
 
   SECTION("concurrent overwrites of one key never tear a value") {

@@ -11,6 +11,23 @@
 //
 // Errors: StoreError for I/O failures (naming the key), InvalidArgument for a
 // bad key. A missing key is not an error: `get` returns nullopt.
+//
+// Versions (the model of TensorStore's kvstore and of HTTP's ETag): `read`
+// returns a value together with its Generation, and `read` and `write` can
+// be made conditional on one. The engine builds its consistency on them:
+// a partial shard read takes the index and every inner chunk from one
+// generation of the shard, and a partial chunk or shard write is an
+// optimistic read-modify-write that retries when another writer (another
+// Runtime, another process) replaced the value in between.
+//
+// What each store guarantees: MemoryStore and FilesystemStore version every
+// value and honour conditional reads and writes (FilesystemStore through a
+// lock on the value's directory that the kernel drops if the writer dies).
+// HttpStore versions by ETag (conditional reads via If-Match); S3Store also
+// writes conditionally (If-Match / If-None-Match). A store that cannot
+// version values keeps the defaults below: generations are unknown,
+// conditions raise UnsupportedError, and the engine falls back to
+// unconditional reads and writes (no protection against other writers).
 #pragma once
 
 #include <cstdint>
@@ -41,6 +58,40 @@ struct ByteRange {
   static ByteRange last(std::uint64_t length) { return {Kind::suffix, 0, length}; }
 };
 
+// The version of one stored value: an opaque token that changes whenever the
+// value is replaced (FilesystemStore: device, inode, size and modification
+// time of the file read; MemoryStore: a counter; HTTP and S3: the ETag).
+// Equal tokens mean the same value. The default-constructed generation is
+// "unknown": in a result, the store cannot tell; as a condition, none.
+struct Generation {
+  std::string token;
+
+  // The generation of "no value at this key".
+  static Generation absent() { return {"<absent>"}; }
+  bool unknown() const { return token.empty(); }
+  bool is_absent() const { return token == "<absent>"; }
+  bool operator==(const Generation&) const = default;
+};
+
+struct ReadOptions {
+  ByteRange range;
+  // When known: read only if the stored generation equals it; otherwise the
+  // result says `changed` and holds nothing (HTTP: If-Match, 412).
+  Generation if_equal;
+};
+
+struct ReadResult {
+  std::optional<Bytes> value;  // the (clipped) range; nullopt if the key holds no value or `changed`
+  Generation generation;       // of the value read; absent() if none; unknown if the store cannot tell
+  bool changed = false;        // the if_equal condition failed: nothing was read
+};
+
+struct WriteOptions {
+  // When known: write only if the stored generation equals it (absent():
+  // only if the key holds no value).
+  Generation if_equal;
+};
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -66,6 +117,26 @@ class Store {
 
   // A short description for messages, e.g. "memory" or "file:///data/a.zarr".
   virtual std::string url() const = 0;
+
+  // read and write take their options without defaults on purpose: g++ 12
+  // miscompiles a defaulted (braced) argument with a destructor in a
+  // co_await expression. Name the options first, e.g.
+  //   ReadOptions o;
+  //   o.if_equal = g;
+  //   ReadResult r = co_await store->read(key, std::move(o));
+
+  // A versioned, optionally conditional read (see Generation). The default
+  // reads with get() and reports an unknown generation; a condition raises
+  // UnsupportedError(key, "if_equal").
+  virtual awaitable<ReadResult> read(std::string key, ReadOptions options);
+
+  // Stores `value` (nullopt: erases the key), atomically like set and erase,
+  // if the condition holds. Returns the new generation (absent() after an
+  // erase; unknown if the store cannot tell), or nullopt when the condition
+  // failed and nothing was written. The default writes with set()/erase();
+  // a condition raises UnsupportedError(key, "if_equal").
+  virtual awaitable<std::optional<Generation>> write(std::string key, std::optional<Bytes> value,
+                                                     WriteOptions options);
 };
 
 // Throws InvalidArgument unless `key` is a valid store key (see above).

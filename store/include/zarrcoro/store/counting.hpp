@@ -22,12 +22,13 @@ namespace zarrcoro {
 class CountingStore : public Store {
  public:
   struct Counts {
-    std::uint64_t gets = 0;       // get calls (including misses and failures)
+    std::uint64_t gets = 0;       // get and read calls (including misses and failures)
     std::uint64_t get_bytes = 0;  // bytes returned by successful gets
     std::uint64_t get_misses = 0; // gets that returned nullopt
-    std::uint64_t sets = 0;       // set calls
+    std::uint64_t sets = 0;       // set calls and writes of a value
     std::uint64_t set_bytes = 0;  // bytes passed to set
-    std::uint64_t erases = 0;     // erase calls
+    std::uint64_t erases = 0;     // erase calls and writes of nullopt
+    std::uint64_t conflicts = 0;  // reads and writes whose condition failed
     std::uint64_t exists = 0;     // exists calls
     std::uint64_t lists = 0;      // list calls
     // All requests of any kind.
@@ -46,6 +47,9 @@ class CountingStore : public Store {
   awaitable<void> erase(std::string key) override;
   awaitable<bool> exists(std::string key) override;
   awaitable<std::vector<std::string>> list(std::string prefix) override;
+  awaitable<ReadResult> read(std::string key, ReadOptions options) override;
+  awaitable<std::optional<Generation>> write(std::string key, std::optional<Bytes> value,
+                                             WriteOptions options) override;
   // "counting+<inner url>"
   std::string url() const override;
 
@@ -61,7 +65,7 @@ class CountingStore : public Store {
  private:
   std::shared_ptr<Store> inner_;
   std::atomic<std::uint64_t> gets_{0}, get_bytes_{0}, get_misses_{0}, sets_{0}, set_bytes_{0},
-      erases_{0}, exists_{0}, lists_{0};
+      erases_{0}, exists_{0}, lists_{0}, conflicts_{0};
   mutable std::mutex log_mu_;
   std::vector<std::pair<std::string, ByteRange>> log_;
 };

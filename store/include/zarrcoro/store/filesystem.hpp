@@ -77,6 +77,17 @@ class FilesystemStore : public Store {
   awaitable<std::vector<std::string>> list(std::string prefix) override;
   // "file://<absolute root>"
   std::string url() const override;
+  // Versioned and conditional forms (see Store). The generation is the
+  // device, inode, size and modification time of the file, taken from the
+  // descriptor the read uses. A conditional write or erase holds an
+  // exclusive flock(2) on the key's directory while it compares and
+  // renames (or unlinks): conditional writers in other processes exclude
+  // each other, the kernel releases the lock of a killed one, and one that
+  // waits more than 30 s for it fails with StoreError. Unconditional
+  // writes take no lock (last rename wins).
+  awaitable<ReadResult> read(std::string key, ReadOptions options) override;
+  awaitable<std::optional<Generation>> write(std::string key, std::optional<Bytes> value,
+                                             WriteOptions options) override;
 
   // True while file contents move through io_uring; false when using the
   // blocking fallback pool.
@@ -87,12 +98,16 @@ class FilesystemStore : public Store {
  private:
   struct Temp;
   std::filesystem::path resolve(const std::string& key) const;
-  int open_for_read(const std::string& key, std::uint64_t& size) const;
+  int open_for_read(const std::string& key, std::uint64_t& size, Generation& generation) const;
+  int open_checked(const std::string& key, const ReadOptions& options, std::uint64_t& size,
+                   ReadResult& result) const;
+  Generation current_generation(const std::string& key, const std::filesystem::path& target) const;
   Temp create_temp(const std::string& key, const std::filesystem::path& target) const;
-  void commit(const std::string& key, Temp& temp, const std::filesystem::path& target) const;
-  std::optional<Bytes> read_now(const std::string& key, ByteRange range) const;
-  void write_now(const std::string& key, const Bytes& value) const;
-  void erase_now(const std::string& key) const;
+  std::optional<Generation> commit(const std::string& key, Temp& temp, const std::filesystem::path& target,
+                                   const Generation& if_equal) const;
+  ReadResult read_now(const std::string& key, const ReadOptions& options) const;
+  std::optional<Generation> write_now(const std::string& key, const Bytes& value, const Generation& if_equal) const;
+  bool erase_now(const std::string& key, const Generation& if_equal) const;
   bool exists_now(const std::string& key) const;
   std::vector<std::string> list_now(const std::string& prefix) const;
   void remove_if_stale(const std::filesystem::path& path) const;

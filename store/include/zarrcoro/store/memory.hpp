@@ -3,7 +3,9 @@
 // Thread-safety: every method may be called concurrently from any thread; a
 // single mutex guards the map. Values are immutable once stored (shared
 // between the map and in-flight readers), so a get copies its range outside
-// the lock and a concurrent set never tears it.
+// the lock and a concurrent set never tears it. Every stored value carries a
+// version number unique within the store (its Generation); conditional reads
+// and writes compare it under the mutex.
 #pragma once
 
 #include <map>
@@ -30,6 +32,10 @@ class MemoryStore : public Store {
   awaitable<bool> exists(std::string key) override;
   // Success: keys starting with `prefix`, sorted. Never fails.
   awaitable<std::vector<std::string>> list(std::string prefix) override;
+  // Versioned and conditional (compare-and-swap) forms; see Store.
+  awaitable<ReadResult> read(std::string key, ReadOptions options) override;
+  awaitable<std::optional<Generation>> write(std::string key, std::optional<Bytes> value,
+                                             WriteOptions options) override;
   // "memory://"
   std::string url() const override;
 
@@ -37,8 +43,15 @@ class MemoryStore : public Store {
   std::size_t size() const;
 
  private:
+  struct Entry {
+    std::shared_ptr<const Bytes> bytes;
+    std::uint64_t version;
+  };
+  static Generation generation_of(const Entry* e);
+
   mutable std::mutex mu_;
-  std::map<std::string, std::shared_ptr<const Bytes>, std::less<>> values_;
+  std::uint64_t next_version_ = 1;
+  std::map<std::string, Entry, std::less<>> values_;
 };
 
 // The half-open byte interval [begin, end) that `range` selects from a value
