@@ -196,34 +196,43 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
     if (!error_) error_ = e;
   }
 
-  // A store get within the runtime's in-flight request limit.
-  asio::awaitable<std::optional<Bytes>> get(std::string key, ByteRange range = {}) {
+  // A versioned store read within the runtime's in-flight request limit,
+  // conditional on `if_equal` when it is known.
+  asio::awaitable<ReadResult> read(std::string key, ByteRange range, Generation if_equal) {
     if (!engine_.requests.try_acquire(1)) co_await engine_.requests.acquire(1);
-    std::optional<Bytes> v;
+    ReadOptions options;
+    options.range = range;
+    options.if_equal = std::move(if_equal);
+    ReadResult r;
     try {
-      v = co_await st_->store->get(std::move(key), range);
+      r = co_await st_->store->read(std::move(key), std::move(options));
     } catch (...) {
       engine_.requests.release(1);
       throw;
     }
     engine_.requests.release(1);
-    co_return v;
+    co_return r;
   }
 
-  // A store set (or erase, for nullopt) within the same request limit. Every
-  // store operation the engine issues is bounded: besides sparing the store,
-  // Boost 1.81's io_uring service stalls when too many file operations
-  // complete at once (see the regression test "thousands of chunks").
-  asio::awaitable<void> put(std::string key, std::optional<Bytes> value) {
+  // A store write (or erase, for nullopt) within the same request limit,
+  // conditional on `if_equal` when it is known; nullopt when the condition
+  // failed. Every store operation the engine issues is bounded: besides
+  // sparing the store, Boost 1.81's io_uring service stalls when too many
+  // file operations complete at once (see the regression test "thousands of
+  // chunks").
+  asio::awaitable<std::optional<Generation>> put(std::string key, std::optional<Bytes> value, Generation if_equal) {
     if (!engine_.requests.try_acquire(1)) co_await engine_.requests.acquire(1);
+    WriteOptions options;
+    options.if_equal = std::move(if_equal);
+    std::optional<Generation> g;
     try {
-      if (value) co_await st_->store->set(std::move(key), std::move(*value));
-      else co_await st_->store->erase(std::move(key));
+      g = co_await st_->store->write(std::move(key), std::move(value), std::move(options));
     } catch (...) {
       engine_.requests.release(1);
       throw;
     }
     engine_.requests.release(1);
+    co_return g;
   }
 
   // Runs one task through the scheduler (batched with whatever else is
@@ -376,7 +385,9 @@ class ReadOp final : public ChunkOp {
       co_await fetch_inner_chunks(i);
       co_return;
     }
-    auto v = co_await get(st_->chunk_key(p.coords));
+    Generation unconditional;  // named: g++ 12 and temporaries beside co_await
+    auto got = co_await read(st_->chunk_key(p.coords), ByteRange::all(), std::move(unconditional));
+    auto v = std::move(got.value);
     std::uint64_t n = st_->meta.data_type.size();
     for (auto s : p.shape) n *= s;
     t.bytes = v ? std::max<std::uint64_t>(n, st_->chunk_bytes()) : n;
@@ -386,20 +397,37 @@ class ReadOp final : public ChunkOp {
 
   // A part of a shard: fetch the shard index (cached), then only the inner
   // chunks the part touches, by byte ranges coalesced across small gaps.
+  // Every range is read conditionally on the generation the index came
+  // from, so index and inner chunks are of one version of the shard; when
+  // the shard changed (a rewrite by anyone, or a stale cached index) the
+  // part is planned again from a fresh index.
   asio::awaitable<void> fetch_inner_chunks(std::size_t i) {
+    const std::string key = st_->chunk_key(parts_[i].coords);
+    for (unsigned attempt = 0; attempt < kShardReadAttempts; ++attempt)
+      if (co_await try_fetch_inner_chunks(i, key, attempt > 0)) co_return;
+    throw StoreError(key, "generation",
+                     "the shard changed during each of " + std::to_string(kShardReadAttempts) +
+                         " attempts to read it consistently");
+  }
+
+  static constexpr unsigned kShardReadAttempts = 16;
+
+  // One attempt; false when the shard changed under it.
+  asio::awaitable<bool> try_fetch_inner_chunks(std::size_t i, const std::string& key, bool refetch_index) {
     const auto& sc = *st_->shard;
     const ChunkPart& p = parts_[i];
     auto& t = tasks_[i];
-    const std::string key = st_->chunk_key(p.coords);
-    auto index = co_await shard_index(key);
+    t.pieces.clear();
+    t.buffers.clear();
+    const auto shard = co_await shard_index(key, refetch_index);
     t.computes = false;
     t.bytes = 0;
-    if (!index) {  // no shard: fill
+    if (!shard.index) {  // no shard: fill
       t.bytes = st_->meta.data_type.size();
       for (auto s : p.shape) t.bytes *= s;
-      co_return;
+      co_return true;
     }
-    plan_pieces(i, *index);
+    plan_pieces(i, *shard.index);
     // Ranges of the present inner chunks, sorted by offset, then coalesced.
     std::vector<std::size_t> order;
     for (std::size_t k = 0; k < t.pieces.size(); ++k)
@@ -415,11 +443,15 @@ class ReadOp final : public ChunkOp {
       for (; last < order.size(); ++last) {
         const auto& next = t.pieces[order[last]];
         const std::uint64_t new_end = std::max(end, next.offset + next.size);
-        if (next.offset > end + opt.coalesce_gap || new_end - begin > opt.coalesce_max) break;
+        if (next.offset > saturating_add(end, opt.coalesce_gap) || new_end - begin > opt.coalesce_max) break;
         end = new_end;
       }
-      auto bytes = co_await get(key, ByteRange::from(begin, end - begin));
-      if (!bytes || bytes->size() != end - begin)
+      auto got = co_await read(key, ByteRange::from(begin, end - begin), shard.generation);
+      if (got.changed || (!got.value && !shard.generation.unknown())) {
+        engine_.shard_indexes.invalidate(st_->store.get(), key);
+        co_return false;
+      }
+      if (!got.value || got.value->size() != end - begin)
         throw CorruptChunk(key, "sharding_indexed",
                            "the shard is shorter than its index says (bytes " + std::to_string(begin) + "-" +
                                std::to_string(end) + ")");
@@ -427,10 +459,11 @@ class ReadOp final : public ChunkOp {
         t.pieces[order[j]].buffer = t.buffers.size();
         t.pieces[order[j]].offset -= begin;
       }
-      t.buffers.push_back(std::move(*bytes));
+      t.buffers.push_back(std::move(*got.value));
       k = last;
     }
     t.computes = !order.empty();
+    co_return true;
   }
 
   // The inner chunks part i needs, located by `index` (buffer 0 at the
@@ -469,15 +502,17 @@ class ReadOp final : public ChunkOp {
     t.encoded.reset();
   }
 
-  // The decoded index of shard `key`, or null if the shard does not exist.
-  asio::awaitable<detail::ShardIndexCache::Index> shard_index(std::string key) {
+  // The decoded index of shard `key` with the shard's generation (a null
+  // index if the shard does not exist), from the cache unless `refetch`.
+  asio::awaitable<detail::ShardIndexCache::Entry> shard_index(std::string key, bool refetch) {
     auto& cache = engine_.shard_indexes;
-    if (auto hit = cache.find(st_->store.get(), key)) co_return hit;
-    const std::uint64_t generation = cache.generation();
+    if (!refetch)
+      if (auto hit = cache.find(st_->store.get(), key)) co_return std::move(*hit);
     const auto& sc = *st_->shard;
     const auto range = sc.index_at_start() ? ByteRange::from(0, sc.index_bytes()) : ByteRange::last(sc.index_bytes());
-    auto bytes = co_await get(key, range);
-    if (!bytes) co_return nullptr;
+    Generation unconditional;
+    auto got = co_await read(key, range, std::move(unconditional));
+    if (!got.value) co_return detail::ShardIndexCache::Entry{nullptr, std::move(got.generation)};
     // Decoding (and checking) the index is codec work: it goes to the pool.
     struct IndexTask final : detail::ChunkTask {
       void run() override { index = std::make_shared<codecs::ShardingCodec::Index>(codec->decode_index(encoded)); }
@@ -486,13 +521,14 @@ class ReadOp final : public ChunkOp {
       detail::ShardIndexCache::Index index;
     } task;
     task.codec = &sc;
-    task.encoded = std::move(*bytes);
+    task.encoded = std::move(*got.value);
     task.bytes = task.encoded.size();
     task.computes = !sc.index_trivial();
     co_await run_task(task);
     if (task.error) rethrow_with_key(task.error, key);
-    cache.put(st_->store.get(), key, task.index, generation);
-    co_return task.index;
+    detail::ShardIndexCache::Entry entry{task.index, std::move(got.generation)};
+    cache.put(st_->store.get(), key, entry);
+    co_return entry;
   }
 
   detail::ChunkTask& task(std::size_t i) override { return tasks_[i]; }
@@ -594,7 +630,9 @@ class WriteOp final : public ChunkOp {
     std::size_t i;
     std::string key;
     bool locked = false;
+    bool read_existing = false;  // a partial write: read-modify-write
     std::optional<Bytes> existing;
+    Generation generation;       // of `existing` (absent() when there was none)
     Bytes encoded;
     bool erase = false;
   };
@@ -616,8 +654,9 @@ class WriteOp final : public ChunkOp {
     t.bytes = st_->chunk_bytes();
     t.computes = !st_->pipeline->is_trivial();
     if (!parts_[i].whole_chunk) {
+      t.read_existing = true;
       try {
-        t.existing = co_await get(t.key);
+        co_await read_existing(t);
       } catch (...) {
         unlock(t);
         throw;
@@ -625,10 +664,18 @@ class WriteOp final : public ChunkOp {
     }
   }
 
+  asio::awaitable<void> read_existing(Task& t) {
+    Generation unconditional;
+    auto got = co_await read(t.key, ByteRange::all(), std::move(unconditional));
+    t.existing = std::move(got.value);
+    t.generation = std::move(got.generation);
+  }
+
   detail::ChunkTask& task(std::size_t i) override { return tasks_[i]; }
 
   void encode(std::size_t i) {
     auto& t = tasks_[i];
+    t.erase = false;
     const ChunkPart& p = parts_[i];
     const auto& spec = st_->pipeline->chunk_spec();
     const std::size_t es = spec.dtype.size();
@@ -663,21 +710,38 @@ class WriteOp final : public ChunkOp {
     }
   }
 
+  // Stores the encoded chunk. A partial write is an optimistic
+  // read-modify-write: it stores only if the chunk still has the generation
+  // it was read at; when another writer (another runtime or process; this
+  // runtime's writers wait on the key lock) replaced it in between, it reads
+  // the chunk again, merges again on the pool and retries.
   asio::awaitable<void> finish(std::size_t i) override {
     auto& t = tasks_[i];
     if (!t.locked) co_return;  // its fetch failed
     try {
-      if (!t.error) {
-        if (t.erase) co_await put(t.key, std::nullopt);
-        else co_await put(t.key, std::move(t.encoded));
+      for (unsigned attempt = 1; !t.error; ++attempt) {
+        std::optional<Bytes> value;
+        if (!t.erase) value = std::move(t.encoded);
+        const Generation if_equal = t.read_existing ? t.generation : Generation();
+        const auto stored = co_await put(t.key, std::move(value), if_equal);
         if (st_->shard) engine_.shard_indexes.invalidate(st_->store.get(), t.key);
+        if (stored) break;
+        if (attempt == kWriteAttempts)
+          throw StoreError(t.key, "generation",
+                           "other writers replaced the chunk during each of " + std::to_string(kWriteAttempts) +
+                               " attempts to update it");
+        co_await read_existing(t);
+        co_await run_task(t);  // merge again
       }
+      if (t.error) std::rethrow_exception(t.error);
     } catch (...) {
       unlock(t);
       throw;
     }
     unlock(t);
   }
+
+  static constexpr unsigned kWriteAttempts = 64;
 
   void unlock(Task& t) {
     if (t.locked) engine_.key_locks.unlock(t.key);

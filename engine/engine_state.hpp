@@ -2,7 +2,10 @@
 // limits and the per-key locks shared by every array of the runtime.
 #pragma once
 
+#include <optional>
 #include <unordered_map>
+
+#include <zarrcoro/store.hpp>
 
 #include "codecs/sharding.hpp"
 #include "engine/async_sync.hpp"
@@ -10,30 +13,34 @@
 
 namespace zarrcoro::detail {
 
-// Decoded shard indexes by store and key, so that repeated reads of one shard
-// do not refetch its index. Writes through this runtime invalidate their key;
-// an index fetched while any write ran is not cached (it may be stale).
+// Decoded shard indexes by store and key, each with the generation of the
+// shard it was decoded from. An entry is only a hint: every read that uses it
+// is conditional on that generation, so a shard that anyone rewrote (another
+// runtime, process or store object) is noticed and its index refetched.
+// Indexes from stores that cannot version values are never cached.
 class ShardIndexCache {
  public:
   using Index = std::shared_ptr<const codecs::ShardingCodec::Index>;
+  struct Entry {
+    Index index;
+    Generation generation;
+  };
   static constexpr std::size_t kMaxEntries = 1 << 16;
 
-  std::uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
-  Index find(const void* store, const std::string& key) {
+  std::optional<Entry> find(const void* store, const std::string& key) {
     std::lock_guard lk(mu_);
     auto it = map_.find(id(store, key));
-    return it == map_.end() ? nullptr : it->second;
+    if (it == map_.end()) return std::nullopt;
+    return it->second;
   }
-  // Caches `index` unless a write happened since `generation` was read.
-  void put(const void* store, const std::string& key, Index index, std::uint64_t generation) {
+  void put(const void* store, const std::string& key, Entry entry) {
+    if (entry.generation.unknown()) return;
     std::lock_guard lk(mu_);
-    if (generation != generation_.load(std::memory_order_relaxed)) return;
     if (map_.size() >= kMaxEntries) map_.clear();
-    map_[id(store, key)] = std::move(index);
+    map_[id(store, key)] = std::move(entry);
   }
   void invalidate(const void* store, const std::string& key) {
     std::lock_guard lk(mu_);
-    generation_.fetch_add(1, std::memory_order_release);
     map_.erase(id(store, key));
   }
 
@@ -42,8 +49,7 @@ class ShardIndexCache {
     return std::to_string(reinterpret_cast<std::uintptr_t>(store)) + ':' + key;
   }
   std::mutex mu_;
-  std::atomic<std::uint64_t> generation_{0};
-  std::unordered_map<std::string, Index> map_;
+  std::unordered_map<std::string, Entry> map_;
 };
 
 struct EngineState {

@@ -1,0 +1,233 @@
+// Consistency under concurrency (issue: "never wrong data"): versioned store
+// reads make a partial shard read see one version of the shard, and
+// read-modify-write is optimistic across runtimes and processes.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/file.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <numeric>
+#include <random>
+#include <thread>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/use_future.hpp>
+#include <catch2/catch.hpp>
+
+#include <zarrcoro/array.hpp>
+#include <zarrcoro/error.hpp>
+#include <zarrcoro/runtime.hpp>
+#include <zarrcoro/store/filesystem.hpp>
+#include <zarrcoro/store/memory.hpp>
+
+#include "support.hpp"
+
+extern char** environ;
+
+using namespace zarrcoro;
+using nlohmann::json;
+namespace asio = boost::asio;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "zarrcoro-consistency-XXXXXX").string();
+    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    path = tmpl;
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+json sharded(std::vector<std::uint64_t> inner, bool zstd) {
+  json inner_codecs = json::array({{{"name", "bytes"}, {"configuration", {{"endian", "little"}}}}});
+  if (zstd) inner_codecs.push_back({{"name", "zstd"}, {"configuration", {{"level", 1}}}});
+  return json::array({{{"name", "sharding_indexed"},
+                       {"configuration", {{"chunk_shape", inner}, {"codecs", inner_codecs}}}}});
+}
+
+ArrayMetadata meta(std::vector<std::uint64_t> shape, std::vector<std::uint64_t> chunks, json codecs) {
+  ArrayMetadata m;
+  m.shape = std::move(shape);
+  m.chunk_shape = std::move(chunks);
+  m.data_type = DataTypeKind::int32;
+  m.codecs = std::move(codecs);
+  return m;
+}
+
+std::vector<std::int32_t> ints(const NdArray& a) { return {a.as<std::int32_t>().begin(), a.as<std::int32_t>().end()}; }
+
+void write(const Array& a, const Region& r, const std::vector<std::int32_t>& v) {
+  a.write_blocking(r, std::as_bytes(std::span(v)));
+}
+
+// Runs `argv` as a child process; its exit status.
+pid_t spawn(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const auto& s : argv) args.push_back(const_cast<char*>(s.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = -1;
+  REQUIRE(::posix_spawn(&pid, args[0], nullptr, nullptr, args.data(), environ) == 0);
+  return pid;
+}
+int wait_exit(pid_t pid) {
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace
+
+TEST_CASE("stale shard index: a shard rewritten through another store object or runtime reads anew",
+          "[consistency][regression]") {
+  const int mode = GENERATE(0, 1);  // 0: another store object, same runtime; 1: another runtime
+  INFO((mode == 0 ? "another FilesystemStore object" : "another Runtime"));
+  TempDir dir;
+  Runtime rt({.codec_threads = 2});
+  auto store = std::make_shared<FilesystemStore>(rt.io_executor(), dir.path);
+  // Uncompressed inner chunks: a stale index would silently decode other bytes.
+  const auto m = meta({8, 8}, {8, 8}, sharded({4, 4}, false));
+  const Array a = Array::create_blocking(rt, store, "a", m);
+  std::vector<std::int32_t> v1(64);
+  std::iota(v1.begin(), v1.end(), 1);
+  write(a, Region::all({8, 8}), v1);
+  CHECK(ints(a.read_blocking(Region::parse("4:8,4:8", {8, 8}))) ==
+        std::vector<std::int32_t>{37, 38, 39, 40, 45, 46, 47, 48, 53, 54, 55, 56, 61, 62, 63, 64});  // index cached
+
+  // The other writer leaves inner chunk (0, 0) empty: every later inner chunk moves.
+  std::vector<std::int32_t> v2(64);
+  for (std::size_t i = 0; i < 64; ++i) v2[i] = (i / 8 < 4 && i % 8 < 4) ? 0 : static_cast<std::int32_t>(1000 + i);
+  std::unique_ptr<Runtime> rt2;
+  if (mode == 1) rt2 = std::make_unique<Runtime>(RuntimeOptions{.codec_threads = 1});
+  Runtime& other_rt = mode == 1 ? *rt2 : rt;
+  auto other = std::make_shared<FilesystemStore>(other_rt.io_executor(), dir.path);
+  write(Array::open_blocking(other_rt, other, "a"), Region::all({8, 8}), v2);
+
+  CHECK(ints(a.read_blocking(Region::parse("4:8,4:8", {8, 8}))) ==
+        std::vector<std::int32_t>{1036, 1037, 1038, 1039, 1044, 1045, 1046, 1047, 1052, 1053, 1054, 1055, 1060,
+                                  1061, 1062, 1063});
+  CHECK(ints(a.read_blocking(Region::parse("0:2,0:8", {8, 8}))) ==
+        std::vector<std::int32_t>{0, 0, 0, 0, 1004, 1005, 1006, 1007, 0, 0, 0, 0, 1012, 1013, 1014, 1015});
+  // Erased by the other writer: fill, not the cached index's view.
+  write(Array::open_blocking(other_rt, other, "a"), Region::all({8, 8}), std::vector<std::int32_t>(64));
+  CHECK(ints(a.read_blocking(Region::parse("4:6,4:6", {8, 8}))) == std::vector<std::int32_t>{0, 0, 0, 0});
+}
+
+namespace {
+
+// Every inner chunk (16 elements) is written whole with one token:
+// chunk * 1'000'000 + writer * 10'000 + sequence. A read of any region must
+// show, per inner chunk, 16 equal values: 0 (never written) or a token of
+// that very chunk; anything else is data from another version or position.
+constexpr std::uint64_t kInner = 16, kShards = 4, kPerShard = 16, kLen = kInner * kPerShard * kShards;
+
+asio::awaitable<void> mixed_worker(Array a, int id, int ops, std::atomic<int>* bad, std::atomic<int>* errors) {
+  std::mt19937 rng(static_cast<unsigned>(id));
+  std::vector<std::int32_t> buf(4 * kInner);
+  for (int k = 0; k < ops; ++k) {
+    const std::uint64_t first = rng() % (kLen / kInner);
+    try {
+      if (rng() % 2) {
+        const std::uint64_t count = 1 + rng() % std::min<std::uint64_t>(4, kLen / kInner - first);
+        const Region r{{first * kInner}, {(first + count) * kInner}};
+        buf.resize(count * kInner);
+        co_await a.read(r, std::as_writable_bytes(std::span(buf)));
+        for (std::uint64_t c = 0; c < count; ++c) {
+          const std::int32_t v = buf[c * kInner];
+          bool ok = v == 0 || static_cast<std::uint64_t>(v / 1'000'000) == first + c;
+          for (std::uint64_t e = 1; e < kInner; ++e) ok = ok && buf[c * kInner + e] == v;
+          if (!ok) ++*bad;
+        }
+      } else {
+        const auto token = static_cast<std::int32_t>(first * 1'000'000 + static_cast<std::uint64_t>(id) * 10'000 + k);
+        std::vector<std::int32_t> v(kInner, token);
+        const Region r{{first * kInner}, {(first + 1) * kInner}};
+        co_await a.write(r, std::as_bytes(std::span(v)));
+      }
+    } catch (const Error&) {
+      ++*errors;
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("partial shard reads racing shard rewrites never return wrong data", "[consistency][regression]") {
+  const bool on_disk = GENERATE(false, true);
+  const bool zstd = GENERATE(false, true);
+  INFO((on_disk ? "filesystem" : "memory") << (zstd ? ", zstd inner chunks" : ", uncompressed inner chunks"));
+  TempDir dir;
+  // 64 coroutines on a runtime of 16 threads (8 I/O, 8 codec).
+  Runtime rt({.io_threads = 8, .codec_threads = 8});
+  std::shared_ptr<Store> store = on_disk ? std::shared_ptr<Store>(std::make_shared<FilesystemStore>(rt.io_executor(), dir.path))
+                                         : std::make_shared<MemoryStore>();
+  const Array a = Array::create_blocking(rt, store, "a", meta({kLen}, {kInner * kPerShard}, sharded({kInner}, zstd)));
+  std::atomic<int> bad{0}, errors{0};
+  std::vector<std::future<void>> jobs;
+  for (int c = 0; c < 64; ++c)
+    jobs.push_back(asio::co_spawn(rt.io_executor(), mixed_worker(a, c, 40, &bad, &errors), asio::use_future));
+  for (auto& j : jobs) j.get();
+  CHECK(bad == 0);
+  CHECK(errors == 0);
+}
+
+TEST_CASE("two processes x 1000 partial writes into one shard and into one chunk lose no update",
+          "[consistency][regression]") {
+  const bool shard = GENERATE(true, false);
+  INFO((shard ? "one shard (100-element inner chunks, zstd)" : "one chunk"));
+  TempDir dir;
+  {
+    Runtime rt({.codec_threads = 1});
+    auto store = std::make_shared<FilesystemStore>(rt.io_executor(), dir.path);
+    json plain = json::array({{{"name", "bytes"}, {"configuration", {{"endian", "little"}}}}});
+    Array::create_blocking(rt, store, "a", meta({2000}, {2000}, shard ? sharded({100}, true) : plain));
+  }
+  const pid_t even = spawn({ZARRCORO_PARTIAL_WRITER, dir.path.string(), "a", "0", "2000", "2"});
+  const pid_t odd = spawn({ZARRCORO_PARTIAL_WRITER, dir.path.string(), "a", "1", "2000", "2"});
+  CHECK(wait_exit(even) == 0);
+  CHECK(wait_exit(odd) == 0);
+  Runtime rt({.codec_threads = 1});
+  auto store = std::make_shared<FilesystemStore>(rt.io_executor(), dir.path);
+  const auto got = ints(Array::open_blocking(rt, store, "a").read_blocking(Region::all({2000})));
+  std::vector<std::int32_t> want(2000);
+  std::iota(want.begin(), want.end(), 1);
+  CHECK(got == want);
+}
+
+TEST_CASE("a writer killed while holding the filesystem write lock does not block later writers",
+          "[consistency][regression]") {
+  TempDir dir;
+  fs::create_directories(dir.path / "d");
+  int ready[2];
+  REQUIRE(::pipe(ready) == 0);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {  // only async-signal-safe calls here
+    const int fd = ::open((dir.path / "d").c_str(), O_RDONLY | O_DIRECTORY);
+    if (fd < 0 || ::flock(fd, LOCK_EX) != 0) ::_exit(1);
+    (void)!::write(ready[1], "x", 1);
+    for (;;) ::pause();
+  }
+  char c = 0;
+  REQUIRE(::read(ready[0], &c, 1) == 1);  // the child holds the lock
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ::close(ready[0]);
+  ::close(ready[1]);
+
+  Runtime rt({.codec_threads = 1});
+  auto store = std::make_shared<FilesystemStore>(rt.io_executor(), dir.path);
+  WriteOptions o;
+  o.if_equal = Generation::absent();
+  auto job = store->write("d/k", Bytes(3, std::byte{7}), std::move(o));
+  const auto g = asio::co_spawn(rt.io_executor(), std::move(job), asio::use_future).get();
+  REQUIRE(g);
+  CHECK_FALSE(g->unknown());
+}
