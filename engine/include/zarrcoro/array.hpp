@@ -3,8 +3,22 @@
 // Thread-safety: an Array is a cheap, copyable handle to immutable metadata
 // and a prepared codec pipeline; every method may be called concurrently from
 // any thread or coroutine. Concurrent writes that touch the same chunk are
-// serialized per chunk key inside the engine (no lost updates); writes to
-// overlapping regions land in an unspecified order.
+// serialized per chunk key inside the engine; writes to overlapping regions
+// land in an unspecified order.
+//
+// Concurrency with other writers (other Runtimes, other processes), on a
+// store that versions values (memory, filesystem, S3; see store.hpp):
+//  - no update is lost: a write that covers part of a chunk (or of a shard)
+//    reads it with its generation and stores conditionally, re-reading and
+//    merging again when someone replaced it in between (up to 64 times,
+//    then StoreError with field "generation");
+//  - a reader sees each chunk, and each inner chunk of a shard, either
+//    before or after any concurrent write, never a mix: a partial shard
+//    read takes the index and the inner chunks from one version of the
+//    shard (retried from a fresh index up to 16 times). A region spanning
+//    several chunks may show some chunks old and others new.
+// On a store that cannot version values these hold only for writers in one
+// Runtime.
 //
 // Two APIs over the same engine:
 //  - async: methods returning `awaitable<...>`; they may be awaited from a
