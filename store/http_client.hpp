@@ -20,6 +20,20 @@
 // response cut short, and the statuses 408, 429, 500, 502, 503, 504. Not
 // retried: TLS certificate or host name verification failures, a body above
 // the limits, a malformed response (those fail at once).
+//
+// Content codings: every request sends "Accept-Encoding: identity" (unless
+// its headers set Accept-Encoding). A final response whose Content-Encoding
+// lists gzip (x-gzip) or deflate (zlib-wrapped, or raw) is decoded before
+// send() returns it, the decoded body held to the same limit as a body
+// (max_body_bytes; max_full_body for a 200 answer to a range request), and
+// its Content-Encoding header removed. A 2xx answer that cannot be decoded
+// fails with StoreError field "Content-Encoding" naming the coding and the
+// key: another coding (br, zstd, compress, ...), any coding on a 206 (a range
+// of the coded bytes cannot be decoded alone), a corrupt or truncated
+// stream, or a decoded body above the limit. Coded bytes are never returned
+// as the value. An error answer's body (4xx, 5xx) is only a message: it is
+// decoded likewise, or dropped when it cannot be. HEAD, 204 and 304 answers
+// have no body and are left alone. Decoding runs on the client's strand.
 #pragma once
 
 #include <atomic>
@@ -68,7 +82,8 @@ struct Request {
   beast_http::verb method = beast_http::verb::get;
   Origin origin;
   std::string target = "/";  // origin-form, already encoded: "/path?query"
-  std::vector<std::pair<std::string, std::string>> headers;  // Host and Content-Length are added
+  // Host and Content-Length are added, and Accept-Encoding: identity unless set here.
+  std::vector<std::pair<std::string, std::string>> headers;
   // The body (kept for retries, never copied): `body` points into storage
   // that `body_owner` keeps alive. No owner: no body.
   std::shared_ptr<const void> body_owner;
@@ -100,10 +115,12 @@ class Client : public std::enable_shared_from_this<Client> {
   Client& operator=(const Client&) = delete;
 
   // Success: the final response, whatever its status (after the last
-  // attempt it may still be a retryable status such as 503).
+  // attempt it may still be a retryable status such as 503), its body
+  // decoded from any gzip or deflate Content-Encoding.
   // Failure: StoreError naming request.key and the URL, with the last
   // transport error and the number of attempts ("timed out", "connection
-  // reset", "certificate verify failed", ...).
+  // reset", "certificate verify failed", ...); StoreError field
+  // "Content-Encoding" for a 2xx body that cannot be decoded (see above).
   awaitable<Response> send(Request request);
 
   HttpClientStats stats() const;

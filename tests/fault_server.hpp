@@ -4,7 +4,9 @@
 // upstream server (a proxy in front of radosgw). Before answering it applies
 // the next queued fault: an error status, a connection reset or close
 // before or in the middle of the body, a stall, a body cut short, a server
-// that ignores Range, or one that sends the wrong range.
+// that ignores Range, or one that sends the wrong range. It can also answer
+// with a Content-Encoding (gzip, deflate, or just a label such as br),
+// whatever the request's Accept-Encoding says.
 //
 // Thread-safety: all public methods may be called from any thread while the
 // server runs. It listens on 127.0.0.1 on an ephemeral port; one thread
@@ -15,6 +17,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -23,7 +26,9 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -33,6 +38,8 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
+
+#include <zlib.h>
 
 namespace zarrcoro::test {
 
@@ -58,6 +65,7 @@ class FaultServer {
   struct Seen {
     std::string method, target, range;
     std::size_t connection = 0;  // 1-based connection number
+    std::string accept_encoding;  // "<none>" when the request had none
   };
 
   FaultServer() : acceptor_(io_) {
@@ -107,10 +115,48 @@ class FaultServer {
     std::lock_guard lock(mu_);
     files_[path] = std::move(value);
   }
-  // A fixed answer for `path` (status, extra headers), e.g. 410 or a redirect.
-  void answer(const std::string& path, unsigned status, std::vector<std::pair<std::string, std::string>> headers = {}) {
+  // A fixed answer for `path` (status, extra headers, body), e.g. 410 or a
+  // redirect; never content-coded by set_content_encoding.
+  void answer(const std::string& path, unsigned status, std::vector<std::pair<std::string, std::string>> headers = {},
+              std::string body = "") {
     std::lock_guard lock(mu_);
-    fixed_[path] = {status, std::move(headers)};
+    fixed_[path] = {status, std::move(headers), std::move(body)};
+  }
+  // Answers with "Content-Encoding: <coding>" from now on ("" turns it off):
+  // in origin mode the values (and 404 bodies) are coded before any range is
+  // taken, as a server of precompressed files does, so a 206 is a range of
+  // the coded bytes; in proxy mode 200 answers to GET are coded. Only for
+  // targets starting with `prefix`; with `only_if_accepted`, only when the
+  // request's Accept-Encoding names the coding. Bodies are really coded for
+  // gzip, x-gzip and deflate (see encode); any other coding only labels them.
+  void set_content_encoding(std::string coding, std::string prefix = "", bool only_if_accepted = false) {
+    std::lock_guard lock(mu_);
+    coding_ = std::move(coding);
+    coding_prefix_ = std::move(prefix);
+    coding_if_accepted_ = only_if_accepted;
+  }
+  // Answers that set_content_encoding coded (or labelled).
+  std::size_t coded_answers() const { return coded_; }
+  // `value` coded with gzip or x-gzip (level 9, mtime 0), deflate (zlib
+  // wrapper) or raw-deflate (no wrapper); any other coding: unchanged.
+  static std::string encode(const std::string& coding, const std::string& value) {
+    int bits = 0;
+    if (coding == "gzip" || coding == "x-gzip") bits = 15 + 16;
+    else if (coding == "deflate") bits = 15;
+    else if (coding == "raw-deflate") bits = -15;
+    else return value;
+    z_stream z{};
+    if (deflateInit2(&z, 9, Z_DEFLATED, bits, 8, Z_DEFAULT_STRATEGY) != Z_OK) throw std::runtime_error("deflateInit2");
+    std::string out(deflateBound(&z, value.size()), '\0');
+    z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(value.data()));
+    z.avail_in = static_cast<uInt>(value.size());
+    z.next_out = reinterpret_cast<Bytef*>(out.data());
+    z.avail_out = static_cast<uInt>(out.size());
+    const int rc = deflate(&z, Z_FINISH);
+    out.resize(z.total_out);
+    deflateEnd(&z);
+    if (rc != Z_STREAM_END) throw std::runtime_error("deflate");
+    return out;
   }
   // Proxy mode: forward every request to 127.0.0.1:port.
   void forward_to(std::uint16_t port) { upstream_ = port; }
@@ -166,6 +212,11 @@ class FaultServer {
   struct Queued {
     Fault fault;
     std::string method;
+  };
+  struct Fixed {
+    unsigned status = 200;
+    std::vector<std::pair<std::string, std::string>> headers;
+    std::string body;
   };
   struct Reply {
     unsigned status = 200;
@@ -238,6 +289,22 @@ class FaultServer {
     return std::pair<std::uint64_t, std::uint64_t>{first, last + 1};
   }
 
+  // The Content-Encoding to answer `req` with, or "".
+  std::string coding_for(const Request& req) const {
+    std::lock_guard lock(mu_);
+    if (coding_.empty() || std::string_view(req.target()).substr(0, coding_prefix_.size()) != coding_prefix_)
+      return "";
+    if (coding_if_accepted_) {
+      auto lower = [](std::string t) {
+        for (auto& c : t) c = char(std::tolower(static_cast<unsigned char>(c)));
+        return t;
+      };
+      const std::string accepted = lower(std::string(req[boost::beast::http::field::accept_encoding]));
+      if (accepted.find(lower(coding_)) == std::string::npos) return "";
+    }
+    return coding_;
+  }
+
   Reply origin(const Request& req, Fault fault) {
     Reply r;
     r.head = req.method() == boost::beast::http::verb::head;
@@ -246,17 +313,24 @@ class FaultServer {
     {
       std::lock_guard lock(mu_);
       if (auto it = fixed_.find(target); it != fixed_.end()) {
-        r.status = it->second.first;
-        r.headers = it->second.second;
+        r.status = it->second.status;
+        r.headers = it->second.headers;
+        r.body = it->second.body;
         return r;
       }
       if (auto it = files_.find(target); it != files_.end()) value = it->second;
     }
+    const std::string coding = coding_for(req);
+    if (!coding.empty()) {
+      ++coded_;
+      r.headers.emplace_back("Content-Encoding", coding);
+    }
     if (!value) {
       r.status = 404;
-      r.body = "not found";
+      r.body = encode(coding, "not found");
       return r;
     }
+    if (!coding.empty()) *value = encode(coding, *value);
     const std::string range(req[boost::beast::http::field::range]);
     bool whole = true;
     const auto ext = parse_range(range, value->size(), whole);
@@ -308,6 +382,12 @@ class FaultServer {
     if (r.head && res.has_content_length())
       r.headers.emplace_back("Content-Length", std::string(res[http::field::content_length]));
     r.body = std::move(res.body());
+    if (const std::string coding = coding_for(req);
+        !coding.empty() && r.status == 200 && req.method() == http::verb::get) {
+      ++coded_;
+      r.headers.emplace_back("Content-Encoding", coding);
+      r.body = encode(coding, r.body);
+    }
     return r;
   }
 
@@ -374,7 +454,9 @@ class FaultServer {
       const Fault fault = next_fault(method);
       {
         std::lock_guard lock(mu_);
-        seen_.push_back({method, std::string(req.target()), std::string(req[http::field::range]), id});
+        const auto ae = req.find(http::field::accept_encoding);
+        seen_.push_back({method, std::string(req.target()), std::string(req[http::field::range]), id,
+                         ae == req.end() ? std::string("<none>") : std::string(ae->value())});
       }
       const std::size_t now = ++in_flight_;
       std::size_t prev = max_in_flight_;
@@ -439,7 +521,10 @@ class FaultServer {
   std::vector<std::shared_ptr<tcp::socket>> sockets_;
   std::vector<std::thread> threads_;
   std::map<std::string, std::string> files_;
-  std::map<std::string, std::pair<unsigned, std::vector<std::pair<std::string, std::string>>>> fixed_;
+  std::map<std::string, Fixed> fixed_;
+  std::string coding_, coding_prefix_;
+  bool coding_if_accepted_ = false;
+  std::atomic<std::size_t> coded_{0};
   std::deque<Queued> queue_;
   Fault default_ = Fault::none;
   std::vector<Seen> seen_;

@@ -2,7 +2,8 @@
 // nginx-light serving a temp dir, plain and TLS), and the HTTP client's
 // behaviour under faults injected by tests/fault_server.hpp: ranges a server
 // ignores or gets wrong, error statuses, resets, truncated bodies, stalls,
-// keep-alive and the per-host concurrency bound.
+// keep-alive, the per-host concurrency bound, and content codings a server
+// sends although the client asked for identity (case B39).
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -758,4 +759,233 @@ TEST_CASE("HttpStore: nothing listening fails after the attempts, quickly", "[ht
     CHECK_THAT(e.what(), Catch::Contains("cannot connect") && Catch::Contains("3 attempts"));
   }
   CHECK(Clock::now() - t0 < scaled(5s));
+}
+
+// ---------------------------------------------------------------------------
+// Content codings (case B39): a server that answers with Content-Encoding
+// gzip although the client asked for identity. The coded bytes must never
+// reach the codec pipeline as the value.
+
+namespace {
+
+// The StoreError a get raises ("<no error>" when it returns data instead).
+std::string coding_error(HttpHarness& h, const std::string& key, ByteRange r = {}) {
+  try {
+    const auto v = h.get(key, r);
+    return "<no error: " + (v ? "'" + test::to_hex(*v) + "'" : std::string("missing")) + ">";
+  } catch (const StoreError& e) {
+    if (e.field() != "Content-Encoding") return "field '" + e.field() + "': " + e.what();
+    return e.what();
+  }
+}
+
+}  // namespace
+
+TEST_CASE("b39: a gzip Content-Encoding is decoded, never read as data", "[http][faults][b39]") {
+  ZARRCORO_REQUIRE_SHARED(shared);
+  const fs::path cases = shared / "cases";
+  // 0: every body coded; 1: only chunk keys; 2: only when the request's
+  // Accept-Encoding names gzip (the client asks for identity: nothing coded).
+  const int mode = GENERATE(0, 1, 2);
+  INFO("mode " << mode);
+  FaultServer server;
+  for (const char* name : {"b39_gzip_small", "b39_gzip_256"}) {
+    const fs::path dir = cases / name;
+    REQUIRE(fs::exists(dir / "zarr.json"));
+    server.put(std::string("/") + name + "/zarr.json", str(test::read_file(dir / "zarr.json")));
+    server.put(std::string("/") + name + "/c/0", str(test::read_file(dir / "c" / "0")));
+  }
+  const Bytes small = test::read_file(cases / "b39_gzip_small" / "c" / "0");
+  const Bytes chunk256 = test::read_file(cases / "b39_gzip_256" / "c" / "0");
+  REQUIRE(test::to_hex(small) == test::to_hex(test::hex("01 02 03 04")));
+  REQUIRE(chunk256.size() == 256);
+  // The case's point: coded, the 256-byte chunk is 256 bytes again, so only
+  // the header tells the coded bytes from the value.
+  CHECK(FaultServer::encode("gzip", str(chunk256)).size() == 256);
+
+  Runtime rt({.codec_threads = 2});
+  auto store = std::make_shared<HttpStore>(rt.io_executor(), server.url(), fast());
+  for (const auto& [name, want] : {std::pair<std::string, const Bytes*>{"b39_gzip_small", &small},
+                                   std::pair<std::string, const Bytes*>{"b39_gzip_256", &chunk256}}) {
+    INFO(name);
+    server.set_content_encoding("gzip", mode == 1 ? "/" + name + "/c/" : "", mode == 2);
+    auto a = Array::open_blocking(rt, store, name);
+    const NdArray got = a.read_blocking(Region::all(a.shape()));
+    CHECK(got.shape == std::vector<std::uint64_t>{want->size()});
+    CHECK(test::to_hex(got.data) == test::to_hex(*want));
+  }
+  if (mode == 2) CHECK(server.coded_answers() == 0);
+  else CHECK(server.coded_answers() >= 2);
+  REQUIRE(server.request_count() > 0);
+  for (const auto& r : server.requests()) {
+    INFO(r.method << " " << r.target);
+    CHECK(r.accept_encoding == "identity");
+  }
+}
+
+TEST_CASE("b39: requests send Accept-Encoding: identity unless the caller sets one", "[http][faults][b39]") {
+  FaultServer server;
+  server.put("/v", "value");
+  {
+    HttpHarness h(server.url(), fast());
+    CHECK(h.text("v") == "value");
+    CHECK(h.text("v", ByteRange::from(1, 2)) == "al");
+    CHECK(h.exists("v"));
+    CHECK(h.text("missing") == "<missing>");
+    REQUIRE(server.request_count() == 4);
+    for (const auto& r : server.requests()) {
+      INFO(r.method << " " << r.target);
+      CHECK(r.accept_encoding == "identity");
+    }
+  }
+  // A caller that accepts gzip gets it, decoded.
+  server.clear_log();
+  server.set_content_encoding("gzip", "", true);
+  auto o = fast();
+  o.headers.emplace_back("accept-encoding", "gzip");
+  HttpHarness h(server.url(), o);
+  CHECK(h.text("v") == "value");
+  CHECK(server.coded_answers() == 1);
+  REQUIRE(server.request_count() == 1);
+  CHECK(server.requests()[0].accept_encoding == "gzip");
+}
+
+TEST_CASE("b39: gzip and deflate answers are decoded, whole and sliced from a 200 to a range request",
+          "[http][faults][b39]") {
+  FaultServer server;
+  std::string value = random_text(50000, 11);
+  value += std::string(200000, 'z');  // compressible too
+  server.put("/v", value);
+  server.put("/e", "");
+  const std::string coding = GENERATE(as<std::string>{}, "gzip", "x-gzip", "deflate", "GZIP");
+  const bool chunked = GENERATE(false, true);
+  INFO(coding << (chunked ? ", chunked" : ""));
+  server.set_chunked(chunked);
+  server.set_content_encoding(coding == "GZIP" ? "gzip" : coding);
+  HttpHarness h(server.url(), fast());
+  CHECK(h.text("v") == value);
+  CHECK(h.text("e") == "");
+  CHECK(h.text("missing") == "<missing>");  // the coded 404 body is only a message
+  CHECK(h.exists("v"));
+  // A server that ignores Range sends the whole coded value: decoded, then sliced.
+  server.set_default(Fault::ignore_range);
+  CHECK(h.text("v", ByteRange::from(49990, 20)) == value.substr(49990, 20));
+  CHECK(h.text("v", ByteRange::last(5)) == "zzzzz");
+  CHECK(server.coded_answers() >= 5);
+}
+
+TEST_CASE("b39: coding lists, raw deflate and several gzip members are decoded", "[http][faults][b39]") {
+  FaultServer server;
+  const std::string value = random_text(3000, 12) + std::string(3000, 'a');
+  const auto gz = FaultServer::encode("gzip", value);
+  server.answer("/list", 200, {{"Content-Encoding", "GZip, identity"}}, gz);
+  server.answer("/twice", 200, {{"Content-Encoding", "deflate,gzip"}},
+                FaultServer::encode("gzip", FaultServer::encode("deflate", value)));
+  server.answer("/raw", 200, {{"Content-Encoding", "deflate"}}, FaultServer::encode("raw-deflate", value));
+  server.answer("/members", 200, {{"Content-Encoding", "gzip"}},
+                FaultServer::encode("gzip", value.substr(0, 1000)) + FaultServer::encode("gzip", value.substr(1000)));
+  server.answer("/identity", 200, {{"Content-Encoding", "identity"}}, value);
+  server.answer("/empty-gzip", 200, {{"Content-Encoding", "gzip"}}, FaultServer::encode("gzip", ""));
+  HttpHarness h(server.url(), fast());
+  for (const char* key : {"list", "twice", "raw", "members", "identity"}) {
+    INFO(key);
+    CHECK(h.text(key) == value);
+  }
+  CHECK(h.text("empty-gzip") == "");
+}
+
+TEST_CASE("b39: another Content-Encoding fails with StoreError, never data", "[http][faults][b39]") {
+  FaultServer server;
+  server.put("/k", "01234567");
+  const std::string coding = GENERATE(as<std::string>{}, "br", "zstd", "compress", "x-unknown");
+  INFO(coding);
+  server.set_content_encoding(coding);
+  HttpHarness h(server.url(), fast());
+  const std::string e = coding_error(h, "k");
+  CHECK_THAT(e, Catch::Contains("field 'Content-Encoding'") && Catch::Contains("'" + coding + "'") &&
+                    Catch::Contains("key 'k'") && Catch::Contains("not supported"));
+  CHECK(server.request_count() == 1);  // not retried
+  // With a coded answer to a range request too, and a coding listed after gzip.
+  server.set_default(Fault::ignore_range);
+  CHECK_THAT(coding_error(h, "k", ByteRange::from(1, 2)), Catch::Contains("'" + coding + "'"));
+  server.answer("/both", 200, {{"Content-Encoding", "gzip, " + coding}}, FaultServer::encode("gzip", "x"));
+  CHECK_THAT(coding_error(h, "both"), Catch::Contains("field 'Content-Encoding'") && Catch::Contains(coding));
+  // An error answer's body is only a message: a missing key stays missing.
+  CHECK(h.text("missing") == "<missing>");
+  CHECK(h.exists("k"));  // HEAD: no body to decode
+}
+
+TEST_CASE("b39: a 206 with a Content-Encoding fails: coded ranges cannot be decoded alone",
+          "[http][faults][b39]") {
+  FaultServer server;
+  const std::string value = random_text(5000, 13);
+  server.put("/v", value);
+  server.set_content_encoding("gzip");
+  HttpHarness h(server.url(), fast());
+  for (const ByteRange r : {ByteRange::from(2, 3), ByteRange::from(0, 10), ByteRange::last(3)}) {
+    const std::string e = coding_error(h, "v", r);
+    CHECK_THAT(e, Catch::Contains("field 'Content-Encoding'") && Catch::Contains("206") &&
+                      Catch::Contains("'gzip'") && Catch::Contains("key 'v'"));
+  }
+  bool ranged = false;
+  for (const auto& r : server.requests()) ranged |= r.range == "bytes=2-4";
+  CHECK(ranged);
+  CHECK(h.text("v") == value);  // the whole value decodes
+}
+
+TEST_CASE("b39: a gzip body that decodes past the body limits fails", "[http][faults][b39]") {
+  FaultServer server;
+  const std::string zeros(1 << 20, '\0');
+  REQUIRE(FaultServer::encode("gzip", zeros).size() < (4 << 10));  // small coded: a bomb
+  server.put("/bomb", zeros);
+  server.put("/fits", std::string(64 << 10, '\0'));
+  server.set_content_encoding("gzip");
+  {
+    auto o = fast();
+    o.http.max_body_bytes = 64 << 10;
+    HttpHarness h(server.url(), o);
+    const std::string e = coding_error(h, "bomb");
+    CHECK_THAT(e, Catch::Contains("field 'Content-Encoding'") && Catch::Contains("65536-byte limit"));
+    CHECK(h.get("fits")->size() == std::size_t(64 << 10));  // exactly the limit is fine
+    CHECK(server.request_count() == 2);                       // not retried
+  }
+  // A 200 answer to a range request is held to max_full_body, decoded.
+  server.set_default(Fault::ignore_range);
+  auto o = fast();
+  o.max_full_body = 64 << 10;
+  HttpHarness h(server.url(), o);
+  CHECK_THAT(coding_error(h, "bomb", ByteRange::from(0, 10)),
+             Catch::Contains("field 'Content-Encoding'") && Catch::Contains("65536-byte limit"));
+  CHECK(h.get("bomb")->size() == zeros.size());  // whole-value reads are not limited by it
+}
+
+TEST_CASE("b39: a corrupt or truncated coded body fails with StoreError, not data", "[http][faults][b39]") {
+  FaultServer server;
+  const std::string value = random_text(4000, 14);
+  const std::string gz = FaultServer::encode("gzip", value);
+  const std::string zl = FaultServer::encode("deflate", value);
+  std::string flipped = gz;
+  flipped[gz.size() / 2] = char(flipped[gz.size() / 2] ^ 0x55);
+  std::string bad_crc = gz;
+  bad_crc[gz.size() - 6] = char(bad_crc[gz.size() - 6] ^ 1);  // the CRC-32 trailer
+  const std::vector<std::pair<std::string, std::pair<std::string, std::string>>> bodies{
+      {"plain", {"gzip", "this is not gzip at all"}},
+      {"flipped", {"gzip", flipped}},
+      {"crc", {"gzip", bad_crc}},
+      {"truncated", {"gzip", gz.substr(0, gz.size() - 4)}},
+      {"half", {"gzip", gz.substr(0, gz.size() / 2)}},
+      {"junk-after", {"gzip", gz + "junk"}},
+      {"empty", {"gzip", ""}},
+      {"deflate-truncated", {"deflate", zl.substr(0, zl.size() - 3)}},
+      {"deflate-junk-after", {"deflate", zl + "x"}},
+  };
+  for (const auto& [key, coded] : bodies) server.answer("/" + key, 200, {{"Content-Encoding", coded.first}}, coded.second);
+  HttpHarness h(server.url(), fast());
+  for (const auto& [key, coded] : bodies) {
+    INFO(key);
+    CHECK_THAT(coding_error(h, key), Catch::Contains("field 'Content-Encoding'") &&
+                                         Catch::Contains("'" + coded.first + "'") &&
+                                         Catch::Contains("key '" + key + "'"));
+  }
+  CHECK(server.request_count() == bodies.size());  // none retried
 }

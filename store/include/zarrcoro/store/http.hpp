@@ -21,6 +21,15 @@
 // Transport failures, timeouts, 408, 429 and 5xx are retried (see
 // HttpClientOptions) before failing with StoreError.
 //
+// Content codings: requests send "Accept-Encoding: identity" (unless
+// `headers` sets Accept-Encoding). A server that answers with
+// Content-Encoding gzip, x-gzip or deflate anyway is decoded (the decoded
+// size bounded like a body: max_body_bytes, or max_full_body for a 200
+// answer to a range request, which is then sliced); any other coding, any
+// coding on a 206, a corrupt stream or a decoded size above the limit fails
+// with StoreError field "Content-Encoding" naming the coding and the key.
+// Coded bytes are never returned as the value.
+//
 // The store is read-only: set and erase fail with StoreError (field
 // "read_only"); list fails with StoreError (field "list"): plain HTTP has no
 // way to enumerate keys.
@@ -116,7 +125,8 @@ class HttpStore : public Store {
   // Success: the (clipped) range of the value, or nullopt when the server
   // answers 404 or 410. Failure: InvalidArgument (bad key), StoreError
   // (transport failure after retries, an unexpected status, a 206 that does
-  // not match the request, a whole-body fallback above max_full_body).
+  // not match the request, a whole-body fallback above max_full_body, a
+  // Content-Encoding that cannot be decoded).
   awaitable<std::optional<Bytes>> get(std::string key, ByteRange range = {}) override;
   // Failure, always: InvalidArgument for a bad key, else StoreError (read-only).
   awaitable<void> set(std::string key, Bytes value) override;

@@ -24,6 +24,11 @@
 // ranges follow Store::get: a range past the end is empty (S3 answers 416),
 // a 206 answer is checked against the request (never wrong data), a 200
 // answer to a range request is sliced locally up to max_full_body bytes.
+// Content codings (e.g. an object stored with Content-Encoding: gzip):
+// requests send "Accept-Encoding: identity"; an answer coded with gzip or
+// deflate anyway is decoded (bounded like a body), and any other coding,
+// any coding on a 206, or a corrupt stream fails with StoreError field
+// "Content-Encoding" naming the coding and the key: never the coded bytes.
 //
 // Errors: StoreError naming the key, with the S3 error code as its field
 // (e.g. "NoSuchBucket", "AccessDenied", "SignatureDoesNotMatch",
