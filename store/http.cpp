@@ -66,38 +66,71 @@ awaitable<http::Response> HttpStore::fetch(http::Request req) {
   }
 }
 
-awaitable<std::optional<Bytes>> HttpStore::get(std::string key, ByteRange range) {
+namespace {
+
+// A response's generation: its strong ETag, verbatim (If-Match takes it
+// back as is). A weak or missing ETag cannot make a condition (If-Match
+// compares strongly): unknown.
+Generation generation_of(const http::Response& r) {
+  std::string etag = r.header("ETag");
+  if (etag.size() < 2 || etag.front() != '"') return {};
+  return {std::move(etag)};
+}
+
+}  // namespace
+
+awaitable<ReadResult> HttpStore::read(std::string key, ReadOptions options) {
   validate_key(key);
+  const ByteRange range = options.range;
   const bool empty_range = (range.kind == ByteRange::Kind::range && range.length == 0) ||
                            (range.kind == ByteRange::Kind::suffix && range.length == 0);
-  if (empty_range) {
-    if (!co_await exists(key)) co_return std::nullopt;
-    co_return Bytes{};
-  }
+  const Generation& if_equal = options.if_equal;
   http::Request req;
-  req.method = bh::verb::get;
+  req.method = empty_range ? bh::verb::head : bh::verb::get;
   req.origin = *origin_;
   req.target = target(key);
   req.key = key;
   req.headers = options_.headers;
-  const std::string range_value = http::range_header(range);
+  if (!if_equal.unknown() && !if_equal.is_absent()) req.headers.emplace_back("If-Match", if_equal.token);
+  const std::string range_value = empty_range ? "" : http::range_header(range);
   if (!range_value.empty()) {
     req.headers.emplace_back("Range", range_value);
     req.max_full_body = options_.max_full_body;
   }
+  const char* method = empty_range ? "HEAD " : "GET ";
   http::Response r = co_await fetch(std::move(req));
   const std::string url = base_ + target(key);
-  if (auto value = http::take_value(key, url, range, r)) co_return value;
-  switch (r.status) {
-    case 404:
-    case 410:
-      co_return std::nullopt;
-    default:
-      throw StoreError(key, "HTTP " + std::to_string(r.status),
-                       "GET " + url + ": " + std::to_string(r.status) + " " +
-                           std::string(http::status_text(r.status)) +
-                           (r.attempts > 1 ? " after " + std::to_string(r.attempts) + " attempts" : ""));
+  ReadResult result;
+  if (r.status == 412) {  // If-Match failed: another version (or none)
+    result.changed = true;
+    co_return result;
   }
+  if (r.status == 404 || r.status == 410) {
+    result.generation = Generation::absent();
+  } else if (empty_range && r.status >= 200 && r.status < 300) {
+    result.generation = generation_of(r);
+    result.value = Bytes{};
+  } else if (auto value = empty_range ? std::nullopt : http::take_value(key, url, range, r)) {
+    result.generation = generation_of(r);
+    result.value = std::move(value);
+  } else {
+    throw StoreError(key, "HTTP " + std::to_string(r.status),
+                     method + url + ": " + std::to_string(r.status) + " " + std::string(http::status_text(r.status)) +
+                         (r.attempts > 1 ? " after " + std::to_string(r.attempts) + " attempts" : ""));
+  }
+  // A server that ignored If-Match (or a condition on absence) is caught here.
+  if (!if_equal.unknown() && result.generation != if_equal) {
+    result.value.reset();
+    result.changed = true;
+  }
+  co_return result;
+}
+
+awaitable<std::optional<Bytes>> HttpStore::get(std::string key, ByteRange range) {
+  ReadOptions options;  // named: g++ 12 miscompiles a braced temporary beside co_await
+  options.range = range;
+  auto r = co_await read(std::move(key), std::move(options));
+  co_return std::move(r.value);
 }
 
 awaitable<bool> HttpStore::exists(std::string key) {

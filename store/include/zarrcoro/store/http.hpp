@@ -128,6 +128,11 @@ class HttpStore : public Store {
   // not match the request, a whole-body fallback above max_full_body, a
   // Content-Encoding that cannot be decoded).
   awaitable<std::optional<Bytes>> get(std::string key, ByteRange range = {}) override;
+  // get with the value's generation: its strong ETag (unknown when the
+  // server sends none, or a weak one). A condition is sent as If-Match; a
+  // 412, or an answer whose ETag differs (a server that ignores If-Match),
+  // reads as `changed`. A condition on absence is checked on the answer.
+  awaitable<ReadResult> read(std::string key, ReadOptions options) override;
   // Failure, always: InvalidArgument for a bad key, else StoreError (read-only).
   awaitable<void> set(std::string key, Bytes value) override;
   // Failure, always: InvalidArgument for a bad key, else StoreError (read-only).
