@@ -8,6 +8,10 @@
 //                   [--endian little|big] [--order C|F] [--separator /|.]
 //                   [--fill-value JSON]
 //
+// export writes every data type the engine reads, byte strings (S<n>),
+// unicode (U<n>) and structured types too, with the descr NumPy writes
+// (zarrcoro/npy.hpp); import reads such files back.
+//
 // PATH is a directory holding a node at its root: zarr.json (v3), or .zarray
 // / .zgroup (v2, attributes in .zattrs). Exit status 0 on success; 2 on any
 // error, reported as one line "zarrcoro: error: <message>" on stderr. Logs go
@@ -277,8 +281,8 @@ void cmd_export(const fs::path& dir, const fs::path& out, const std::string& reg
   auto store = open_dir(rt, dir, true);
   const Array a = open_array(rt, store, dir);
   const Region r = Region::parse(region, a.shape());
-  if (a.dtype().kind() > DataTypeKind::complex128)
-    throw Failure(quoted(dir) + ": data type " + a.dtype().describe() + " cannot be written as .npy by this tool yet");
+  // Refused before reading anything if a .npy cannot hold it (npy_descr names every dtype the engine has).
+  at(dir, [&] { npy_header(a.dtype(), r.shape()); });
   const NdArray data = at(dir, [&] { return a.read_blocking(r); });
   write_npy(out, data);
 }
@@ -314,7 +318,9 @@ void cmd_import(const fs::path& in, const fs::path& dir, const ImportOptions& o)
     for (auto s : m.shape) m.chunk_shape.push_back(std::max<std::uint64_t>(s, 1));  // one chunk
   }
   nlohmann::json bytes{{"name", "bytes"}};
-  if (data.dtype.size() > 1) bytes["configuration"] = {{"endian", o.endian}};
+  // Structured fields from a .npy declare no order: the codec's endian covers them.
+  const bool multi_byte = data.dtype.is_structured() ? data.dtype.needs_byte_order() : data.dtype.swap_unit() > 1;
+  if (multi_byte) bytes["configuration"] = {{"endian", o.endian}};
   m.codecs = nlohmann::json::array();
   if (o.order == "F" && m.shape.size() > 1) {  // column-major chunks (v2: "order": "F")
     nlohmann::json axes = nlohmann::json::array();

@@ -1,5 +1,7 @@
 // .npy reader and writer: exact round trips, hand-built headers, byte order,
-// Fortran order, versions 2.0/3.0, typed errors, and NumPy-written fixtures.
+// Fortran order, versions 2.0/3.0, typed errors, and NumPy-written fixtures;
+// the descr of every DataType (S, U and structs: shared/cases B45) and
+// hostile headers (deep nesting, overflowing shapes, invalid UTF-8).
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -10,6 +12,8 @@
 
 #include <zarrcoro/error.hpp>
 #include <zarrcoro/npy.hpp>
+#include <zarrcoro/runtime.hpp>
+#include <zarrcoro/store/filesystem.hpp>
 
 #include "support.hpp"
 
@@ -219,12 +223,12 @@ TEST_CASE("npy: malformed or unsupported input raises InvalidArgument naming the
   // A shape whose size overflows is truncated data, not an allocation.
   CHECK(field_of(npy_file(header("<i4", "(4294967296, 4294967296, 16)"), six)) == "data");
 
-  CHECK(field_of(npy_file(header("<U3", "(2,)"), Bytes(24))) == "descr");
   CHECK(field_of(npy_file(header("|O", "(2,)"), Bytes(16))) == "descr");
   CHECK(field_of(npy_file(header("<M8[ns]", "(2,)"), Bytes(16))) == "descr");
   CHECK(field_of(npy_file(header("<i3", "(2,)"), Bytes(6))) == "descr");
-  CHECK(field_of(npy_file(header("|S1", "(2,)"), Bytes(2))) == "descr");
-  CHECK(field_of(npy_file("{'descr': [('a', '<i4')], 'fortran_order': False, 'shape': (6,), }", six)) == "descr");
+  CHECK(field_of(npy_file(header("|V4", "(2,)"), Bytes(8))) == "descr");
+  CHECK(field_of(npy_file(header("|S0", "(2,)"), {})) == "descr");
+  CHECK(field_of(npy_file("{'descr': [('a', '<i4')], 'fortran_order': False, 'shape': (7,), }", six)) == "data");
   CHECK(field_of(npy_file(header("<i4", "(-1, 3)"), six)) == "shape");
   CHECK(field_of(npy_file(header("<i4", "6"), six)) == "shape");
   CHECK(field_of(npy_file("{'descr': '<i4', 'fortran_order': 0, 'shape': (6,), }", six)) == "fortran_order");
@@ -286,7 +290,7 @@ TEST_CASE("npy: NumPy-written fixtures parse, or are refused for their dtype") {
       CHECK(b.shape == a.shape);
       ++parsed;
     } catch (const InvalidArgument& err) {
-      CHECK(err.field() == "descr");  // strings, datetimes
+      CHECK(err.field() == "descr");  // datetimes, objects
       ++refused;
     }
   }
@@ -308,4 +312,335 @@ TEST_CASE("npy: NumPy-written fixtures parse, or are refused for their dtype") {
     // NumPy's own header for a '<i4' (8, 8) array is exactly what we write.
     CHECK(encode_npy(le) == test::read_file(js / "simple_LE.npy"));
   }
+}
+
+// ---- the descr of every DataType (issue #10, shared/cases B45) ------------------------
+
+namespace {
+
+StructField fld(std::string name, DataType type, std::vector<std::uint64_t> shape = {},
+                ByteOrder order = ByteOrder::unspecified) {
+  StructField f;
+  f.name = std::move(name);
+  f.type = type;
+  f.shape = std::move(shape);
+  f.order = order;
+  return f;
+}
+
+DataType b45_struct() {
+  return DataType::structured({fld("a", DataType::fixed_bytes(3)), fld("n", DataTypeKind::int16),
+                               fld("u", DataType::fixed_unicode(2)), fld("b", DataType::fixed_bytes(2))});
+}
+
+// The kind, field and message of the zarrcoro::Error that `f` raises; FAILs
+// if anything else escapes.
+struct Raised {
+  std::optional<Errc> code;
+  std::string field, what;
+};
+Raised raised(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return {e.code(), e.field(), e.what()};
+  } catch (const std::exception& e) {
+    FAIL("a non-zarrcoro exception escaped: " << e.what());
+  }
+  return {};
+}
+
+bool printable_ascii(const std::string& s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
+}
+
+}  // namespace
+
+TEST_CASE("npy: npy_descr names S, U and structured types as NumPy writes them (B45 included)") {
+  const std::vector<std::pair<DataType, std::string>> scalars{
+      {DataTypeKind::bool_, "|b1"},    {DataTypeKind::int8, "|i1"},       {DataTypeKind::int16, "<i2"},
+      {DataTypeKind::int32, "<i4"},    {DataTypeKind::int64, "<i8"},      {DataTypeKind::uint8, "|u1"},
+      {DataTypeKind::uint16, "<u2"},   {DataTypeKind::uint32, "<u4"},     {DataTypeKind::uint64, "<u8"},
+      {DataTypeKind::float16, "<f2"},  {DataTypeKind::float32, "<f4"},    {DataTypeKind::float64, "<f8"},
+      {DataTypeKind::complex64, "<c8"}, {DataTypeKind::complex128, "<c16"}, {DataType::fixed_bytes(4), "|S4"},
+      {DataType::fixed_bytes(1), "|S1"}, {DataType::fixed_unicode(2), "<U2"}, {DataType::fixed_unicode(100), "<U100"},
+  };
+  for (const auto& [t, descr] : scalars) {
+    CAPTURE(t.describe());
+    CHECK(npy_descr(t) == descr);
+    CHECK(parse_npy_descr("'" + descr + "'") == t);
+  }
+  CHECK(npy_descr(b45_struct()) == "[('a', '|S3'), ('n', '<i2'), ('u', '<U2'), ('b', '|S2')]");
+  // A declared stored byte order does not show: the engine's buffer is native.
+  const DataType declared = DataType::structured(
+      {fld("a", DataType::fixed_bytes(3)), fld("n", DataTypeKind::int16, {}, ByteOrder::big),
+       fld("u", DataType::fixed_unicode(2), {}, ByteOrder::little), fld("b", DataType::fixed_bytes(2))});
+  CHECK(npy_descr(declared) == npy_descr(b45_struct()));
+  const DataType nested = DataType::structured(
+      {fld("z", DataTypeKind::int16, {2, 2}),
+       fld("s", DataType::structured({fld("x", DataTypeKind::uint8), fld("y", DataTypeKind::float64, {3})}), {2}),
+       fld("q", DataTypeKind::bool_)});
+  CHECK(npy_descr(nested) == "[('z', '<i2', (2, 2)), ('s', [('x', '|u1'), ('y', '<f8', (3,))], (2,)), ('q', '|b1')]");
+  CHECK(nested.size() == 59);  // packed, as NumPy's itemsize
+  for (DataType t : {b45_struct(), nested}) CHECK(parse_npy_descr(npy_descr(t)) == t);
+
+  // Whole headers byte for byte as NumPy 1.24 np.save writes them (growth
+  // room, padding, Latin-1 names in format 1.0, UTF-8 names in 3.0).
+  struct Case {
+    DataType t;
+    std::vector<std::uint64_t> shape;
+    std::string numpy_hex;
+  };
+  const DataType names = DataType::structured(
+      {fld("it's", DataTypeKind::uint8), fld("a\\b\"c", DataTypeKind::uint16), fld("\xc3\xa9\t", DataTypeKind::uint8)});
+  for (const Case& c : {
+           Case{b45_struct(), {3},
+                "934e554d50590100b6007b276465736372273a205b282761272c20277c533327292c2028276e272c20273c693227292c2028"
+                "2775272c20273c553227292c20282762272c20277c533227295d2c2027666f727472616e5f6f72646572273a2046616c7365"
+                "2c20277368617065273a2028332c292c207d2020202020202020202020202020202020202020202020202020202020202020"
+                "20202020202020202020202020202020202020202020202020202020202020202020202020202020200a"},
+           Case{DataType::fixed_bytes(4), {2},
+                "934e554d5059010076007b276465736372273a20277c5334272c2027666f727472616e5f6f72646572273a2046616c73652c"
+                "20277368617065273a2028322c292c207d202020202020202020202020202020202020202020202020202020202020202020"
+                "2020202020202020202020202020202020202020202020202020200a"},
+           Case{DataType::fixed_unicode(2), {2},
+                "934e554d5059010076007b276465736372273a20273c5532272c2027666f727472616e5f6f72646572273a2046616c73652c"
+                "20277368617065273a2028322c292c207d202020202020202020202020202020202020202020202020202020202020202020"
+                "2020202020202020202020202020202020202020202020202020200a"},
+           Case{nested, {2, 3},
+                "934e554d50590100b6007b276465736372273a205b28277a272c20273c6932272c2028322c203229292c20282773272c205b"
+                "282778272c20277c753127292c20282779272c20273c6638272c2028332c29295d2c2028322c29292c20282771272c20277c"
+                "623127295d2c2027666f727472616e5f6f72646572273a2046616c73652c20277368617065273a2028322c2033292c207d20"
+                "20202020202020202020202020202020202020202020202020202020202020202020202020202020200a"},
+           Case{names, {1},
+                "934e554d50590100b6007b276465736372273a205b282269742773222c20277c753127292c202827615c5c622263272c2027"
+                "3c753227292c202827e95c74272c20277c753127295d2c2027666f727472616e5f6f72646572273a2046616c73652c202773"
+                "68617065273a2028312c292c207d202020202020202020202020202020202020202020202020202020202020202020202020"
+                "20202020202020202020202020202020202020202020202020202020202020202020202020202020200a"},
+           Case{DataType::structured({fld("\xce\xb1", DataTypeKind::int32)}), {4},
+                "934e554d50590300740000007b276465736372273a205b2827ceb1272c20273c693427295d2c2027666f727472616e5f6f72"
+                "646572273a2046616c73652c20277368617065273a2028342c292c207d202020202020202020202020202020202020202020"
+                "2020202020202020202020202020202020202020202020202020200a"},
+       }) {
+    CAPTURE(c.t.describe());
+    const std::string h = npy_header(c.t, c.shape);
+    CHECK(test::to_hex(str_bytes(h)) == test::to_hex(test::hex(c.numpy_hex)));
+    // ... and it parses back to the same type (names unescaped, Latin-1 decoded).
+    NdArray a{c.t, c.shape, {}};
+    a.data = pattern(c.t, a.num_elements(), 7);
+    const NdArray b = parse_npy(encode_npy(a));
+    CHECK(b.dtype == c.t);
+    CHECK(b.data == a.data);
+    CHECK(encode_npy(b) == encode_npy(a));
+  }
+}
+
+TEST_CASE("npy: the B45 arrays' dtypes and bytes go through .npy exactly") {
+  ZARRCORO_REQUIRE_SHARED(shared);
+  Runtime rt({.codec_threads = 1});
+  auto store = std::make_shared<FilesystemStore>(rt.io_executor(), shared / "cases" / "v2");
+  for (const auto& [name, descr] : std::vector<std::pair<std::string, std::string>>{
+           {"b45_struct_strings", "[('a', '|S3'), ('n', '<i2'), ('u', '<U2'), ('b', '|S2')]"},
+           {"b45_S4", "|S4"},
+           {"b45_U2", "<U2"}}) {
+    CAPTURE(name);
+    const Array a = Array::open_blocking(rt, store, name);
+    CHECK(npy_descr(a.dtype()) == descr);
+    const NdArray data = a.read_blocking(Region::all(a.shape()));
+    const NdArray back = parse_npy(encode_npy(data));
+    CHECK(back.data == data.data);
+    CHECK(back.shape == data.shape);
+    CHECK(npy_descr(back.dtype) == descr);
+    if (name == "b45_struct_strings")
+      CHECK(test::to_hex(data.data) == test::to_hex(test::read_file(shared / "cases/v2/b45_struct_strings.expected.bin")));
+  }
+}
+
+TEST_CASE("npy: structured fields stored big-endian are swapped field by field; Fortran order too") {
+  // Two records of [('a', '>i4'), ('b', '<i2'), ('c', '>U1', (2,)), ('d', '|S2')].
+  const Bytes stored = test::hex(
+      "00000001 0200 00000041 00000042 7879"
+      "fffffffe 0300 000000e9 00000000 7a00");
+  const NdArray a = parse_npy(npy_file(
+      "{'descr': [('a', '>i4'), ('b', '<i2'), ('c', '>U1', (2,)), ('d', '|S2')], 'fortran_order': False, "
+      "'shape': (2,), }",
+      stored));
+  CHECK(npy_descr(a.dtype) == "[('a', '<i4'), ('b', '<i2'), ('c', '<U1', (2,)), ('d', '|S2')]");
+  for (const auto& f : a.dtype.fields()) CHECK(f.order == ByteOrder::unspecified);
+  CHECK(test::to_hex(a.data) == test::to_hex(test::hex("01000000 0200 41000000 42000000 7879"
+                                                       "feffffff 0300 e9000000 00000000 7a00")));
+  // A big-endian U and a Fortran-order struct array.
+  CHECK(test::to_hex(parse_npy(npy_file(header(">U2", "(1,)"), test::hex("00000078 000000e9"))).data) ==
+        "78 00 00 00 e9 00 00 00");
+  const NdArray f = parse_npy(npy_file("{'descr': [('x', '|u1'), ('y', '<u2')], 'fortran_order': True, 'shape': (2, 2), }",
+                                       test::hex("000a00 010b00 020c00 030d00")));  // (0,0) (1,0) (0,1) (1,1)
+  CHECK(test::to_hex(f.data) == test::to_hex(test::hex("000a00 020c00 010b00 030d00")));
+}
+
+TEST_CASE("npy: a header nested 30,000 deep is an InvalidArgument, not a stack overflow") {
+  const std::string deep(30000, '[');
+  for (const std::string& h : {"{'descr': " + deep, "{'descr': '<i4', 'fortran_order': False, 'shape': " +
+                                                        std::string(30000, '(')}) {
+    const Raised r = raised([&] { parse_npy(npy_file(h, {})); });
+    CHECK(r.code == Errc::invalid_argument);
+    CHECK(r.field == "header");
+    CHECK(r.what.find("nested deeper than 64") != std::string::npos);
+    CHECK(r.what.size() < 300);
+  }
+  CHECK(raised([&] { parse_npy_descr(deep); }).field == "header");
+  // Within the literal's limit but structs nested beyond kNpyMaxStructDepth.
+  std::string descr = "'<i4'";
+  for (int i = 0; i < 17; ++i) descr = "[('f', " + descr + ")]";
+  CHECK(raised([&] { parse_npy_descr(descr); }).field == "descr");
+  std::string ok = "'<i4'";
+  for (int i = 0; i < 16; ++i) ok = "[('f', " + ok + ")]";
+  CHECK(parse_npy_descr(ok).size() == 4);
+}
+
+TEST_CASE("npy: shapes whose size overflows fail before any allocation") {
+  const Bytes four(4);
+  for (const std::string& shape : {"(1099511627776, 1099511627776)", "(18446744073709551615, 2)",
+                                   "(4294967296, 4294967296, 16)"}) {
+    CAPTURE(shape);
+    CHECK(field_of(npy_file(header("<i4", shape), four)) == "data");
+    CHECK(field_of(npy_file("{'descr': [('a', '|S3'), ('u', '<U2')], 'fortran_order': False, 'shape': " + shape + "}",
+                            four)) == "data");
+  }
+  CHECK(field_of(npy_file(header("<i4", "(18446744073709551616,)"), four)) == "header");  // beyond 64 bits
+  std::string many = "(";
+  for (int i = 0; i < 65; ++i) many += "1, ";
+  CHECK(field_of(npy_file(header("<i4", many + ")"), four)) == "shape");
+  // Subarray shapes whose element count wraps around 2^64 or exceeds 2^31.
+  for (const std::string& sub : {"(9223372036854775809, 2)", "(4294967296, 4294967296)", "(2147483648,)", "(0,)"}) {
+    CAPTURE(sub);
+    CHECK(field_of(npy_file("{'descr': [('a', '|u1', " + sub + ")], 'fortran_order': False, 'shape': (1,)}", four)) ==
+          "descr");
+  }
+  // Element sizes: DataType's 2^31 limit, as a descr error.
+  CHECK(field_of(npy_file(header("|S2147483648", "(1,)"), four)) == "descr");
+  CHECK(field_of(npy_file(header("<U1073741824", "(1,)"), four)) == "descr");
+  CHECK(field_of(npy_file(header("|S99999999999999999999999", "(1,)"), four)) == "descr");
+  CHECK(field_of(npy_file("{'descr': [('a', '|S1073741824'), ('b', '|S1073741824')], 'fortran_order': False, "
+                          "'shape': (1,)}",
+                          four)) == "descr");
+  // A header length beyond the limit is refused before it is read.
+  Bytes big = str_bytes(std::string("\x93NUMPY\x02\x00\xf0\xff\xff\xff{", 13));
+  CHECK(field_of(big) == "header");
+  CHECK(raised([&] { parse_npy(big); }).what.find("exceeds the limit") != std::string::npos);
+}
+
+TEST_CASE("npy: bad descrs, invalid UTF-8 and truncation give InvalidArgument with printable messages") {
+  const Bytes two(2);
+  struct Case {
+    std::string header;
+    std::string field;
+    int major = 1;
+  };
+  for (const Case& c : {
+           Case{"{'descr': [], 'fortran_order': False, 'shape': (1,)}", "descr"},
+           Case{"{'descr': [('a',)], 'fortran_order': False, 'shape': (1,)}", "descr"},
+           Case{"{'descr': [('a', '|u1', (1,), 4)], 'fortran_order': False, 'shape': (1,)}", "descr"},
+           Case{"{'descr': [(1, '|u1')], 'fortran_order': False, 'shape': (1,)}", "descr"},
+           Case{"{'descr': [('a', '|u1'), ('a', '|u1')], 'fortran_order': False, 'shape': (1,)}", "descr"},
+           Case{"{'descr': [('', '|V2')], 'fortran_order': False, 'shape': (1,)}", "descr"},
+           Case{"{'descr': [(('title', 'a'), '<i2')], 'fortran_order': False, 'shape': (1,)}", "descr"},
+           Case{"{'descr': [('a', '<i2', ('x',))], 'fortran_order': False, 'shape': (1,)}", "descr"},
+           Case{"{'descr': [('a', 7)], 'fortran_order': False, 'shape': (1,)}", "descr"},
+           Case{"{'descr': {'names': ['a'], 'formats': ['<i2']}, 'fortran_order': False, 'shape': (1,)}", "descr"},
+           Case{"{'descr': '|S', 'fortran_order': False, 'shape': (1,)}", "descr"},
+           Case{"{'descr': '<U0', 'fortran_order': False, 'shape': (1,)}", "descr"},
+           Case{"{'descr': '<U-1', 'fortran_order': False, 'shape': (1,)}", "descr"},
+           Case{"{'descr': '\xff\xfe\x01', 'fortran_order': False, 'shape': (1,)}", "descr"},  // Latin-1 in 1.0
+           Case{"{'descr': '<i2\xff', 'fortran_order': False, 'shape': (1,)}", "header", 3},  // not UTF-8 in 3.0
+           Case{"{'descr': '<i2', 'fortran_order': False, 'shape': (1,)\xc0\x80}", "header", 3},  // overlong
+           Case{"{'descr': '<i2', \x01'fortran_order': False, 'shape': (1,)}", "header"},
+           Case{std::string("{'descr': '<i2\x00', 'fortran_order': False, 'shape': (1,)}", 56), "header"},
+           Case{"{'descr': '<i\\x3', 'fortran_order': False, 'shape': (1,)}", "header"},
+           Case{"{'descr': '\\ud800', 'fortran_order': False, 'shape': (1,)}", "header"},
+           Case{"{'descr': '\\U00110000', 'fortran_order': False, 'shape': (1,)}", "header"},
+           Case{"{'descr': '<i2\n', 'fortran_order': False, 'shape': (1,)}", "header"},
+           Case{"{'descr': '<i2', 'fortran_order': False, 'shape': (1,), '\xe9\x01': 1}", "header"},
+       }) {
+    CAPTURE(c.header);
+    const Raised r = raised([&] { parse_npy(npy_file(c.header, two, c.major)); });
+    CHECK(r.code == Errc::invalid_argument);
+    CHECK(r.field == c.field);
+    CHECK(printable_ascii(r.what));
+  }
+  // Escapes NumPy writes in names decode to the same UTF-8 names.
+  CHECK(parse_npy_descr("[(\"it's\", '|u1'), ('a\\\\b\\tc\\x41\\u00e9\\U0001F600\\101', '|u1')]").fields()[1].name ==
+        "a\\b\tcA\xc3\xa9\xf0\x9f\x98\x80" "A");
+  // Truncated at every length: an InvalidArgument each time.
+  NdArray a{b45_struct(), {2}, {}};
+  a.data = pattern(a.dtype, 2, 3);
+  const Bytes good = encode_npy(a);
+  for (std::size_t n = 0; n < good.size(); ++n) {
+    CAPTURE(n);
+    CHECK(raised([&] { parse_npy(Bytes(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(n))); }).code ==
+          Errc::invalid_argument);
+  }
+}
+
+TEST_CASE("npy: mutated and random headers raise only zarrcoro errors") {
+  NdArray a{DataType::structured({fld("a", DataType::fixed_bytes(3)), fld("n", DataTypeKind::int16, {2}),
+                                  fld("s", DataType::structured({fld("u", DataType::fixed_unicode(2))}))}),
+            {2},
+            {}};
+  a.data = pattern(a.dtype, 2, 5);
+  const Bytes good = encode_npy(a);
+  const std::size_t hend = 10 + (std::to_integer<std::size_t>(good[8]) | std::to_integer<std::size_t>(good[9]) << 8);
+  std::size_t parsed = 0, refused = 0;
+  for (std::size_t i = 0; i < hend; ++i)
+    for (unsigned v : {0x00u, 0x01u, 0x0au, 0x22u, 0x27u, 0x28u, 0x29u, 0x2cu, 0x30u, 0x39u, 0x5bu, 0x5cu, 0x5du, 0x7bu,
+                       0x7du, 0x80u, 0xc3u, 0xffu}) {
+      Bytes m = good;
+      m[i] = std::byte(v);
+      const Raised r = raised([&] { parse_npy(m); });
+      if (!r.code) {
+        ++parsed;
+        continue;
+      }
+      ++refused;
+      CAPTURE(i, v, r.what);
+      CHECK(r.code == Errc::invalid_argument);
+      CHECK(printable_ascii(r.what));
+    }
+  CHECK(refused > 1000);
+  // Random Python-ish text.
+  std::mt19937 rng(45);
+  const std::string alphabet = "{}[](),:'\" \\xuU0123456789SUVObifc<>|=TrueFalseNone-L\xff\xc3\x80";
+  for (int k = 0; k < 20000; ++k) {
+    std::string h = "{'descr': ";
+    const std::size_t len = rng() % 60;
+    for (std::size_t j = 0; j < len; ++j) h += alphabet[rng() % alphabet.size()];
+    const Raised r = raised([&] { parse_npy(npy_file(h, {}, 1 + static_cast<int>(rng() % 3))); });
+    CAPTURE(h);
+    CHECK(r.code == Errc::invalid_argument);
+    CHECK(printable_ascii(r.what));
+  }
+}
+
+TEST_CASE("npy: types and shapes a .npy cannot hold are refused by the writer as UnsupportedError") {
+  DataType deep = DataTypeKind::int32;
+  for (int i = 0; i < 17; ++i) deep = DataType::structured({fld("f", deep)});
+  Raised r = raised([&] { npy_descr(deep); });
+  CHECK(r.code == Errc::unsupported);
+  CHECK(r.field == "descr");
+  CHECK(raised([&] { encode_npy({deep, {1}, Bytes(4)}); }).code == Errc::unsupported);
+  const fs::path file = fs::temp_directory_path() / ("zarrcoro_npy_deep_" + std::to_string(std::random_device{}()));
+  try {
+    write_npy(file, {deep, {1}, Bytes(4)});
+    FAIL("no error");
+  } catch (const UnsupportedError& e) {
+    CHECK(e.key() == file.string());
+    CHECK(e.field() == "descr");
+  }
+  CHECK_FALSE(fs::exists(file));
+
+  const DataType wide = DataType::structured({fld("w", DataTypeKind::uint8, std::vector<std::uint64_t>(65, 1))});
+  CHECK(raised([&] { npy_descr(wide); }).code == Errc::unsupported);
+  r = raised([&] { npy_header(DataTypeKind::uint8, std::vector<std::uint64_t>(65, 1)); });
+  CHECK(r.code == Errc::unsupported);
+  CHECK(r.field == "shape");
+  CHECK(npy_header(DataTypeKind::uint8, std::vector<std::uint64_t>(64, 1)).size() % 64 == 0);
 }

@@ -117,28 +117,4 @@ std::string http_date(std::chrono::system_clock::time_point t) {
   return std::string(buf, n);
 }
 
-std::string npy_header(DataType dtype, const std::vector<std::uint64_t>& shape) {
-  static constexpr const char* kCodes[] = {"b1", "i1", "i2", "i4", "i8", "u1", "u2",
-                                           "u4", "u8", "f2", "f4", "f8", "c8", "c16"};
-  const std::string descr = (dtype.size() == 1 ? "|" : "<") + std::string(kCodes[static_cast<int>(dtype.kind())]);
-  std::string dims = "(";
-  for (std::size_t i = 0; i < shape.size(); ++i) dims += (i ? ", " : "") + std::to_string(shape[i]);
-  dims += shape.size() == 1 ? ",)" : ")";
-  const std::string dict = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + dims + ", }";
-  // magic (6) + version (2) + header length (2, or 4 in format 2.0) + dict + padding + '\n'
-  auto padded = [&](std::size_t prefix) {
-    const std::size_t total = prefix + dict.size() + 1;
-    return dict + std::string((64 - total % 64) % 64, ' ') + '\n';
-  };
-  std::string h = padded(10);
-  const bool v2 = h.size() > 0xffff;
-  if (v2) h = padded(12);
-  std::string out("\x93NUMPY", 6);
-  out.push_back(static_cast<char>(v2 ? 2 : 1));
-  out.push_back('\0');
-  const std::size_t len = h.size();
-  for (int i = 0; i < (v2 ? 4 : 2); ++i) out.push_back(static_cast<char>((len >> (8 * i)) & 0xff));
-  return out + h;
-}
-
 }  // namespace zarrcoro::server

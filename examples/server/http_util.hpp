@@ -1,5 +1,6 @@
-// Small HTTP helpers of the example server: request targets, Range headers,
-// dates and the .npy header. Pure functions, safe to call from any thread.
+// Small HTTP helpers of the example server: request targets, Range headers
+// and dates (the slice API's .npy header is zarrcoro::npy_header). Pure
+// functions, safe to call from any thread.
 #pragma once
 
 #include <chrono>
@@ -9,8 +10,6 @@
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <zarrcoro/dtype.hpp>
 
 namespace zarrcoro::server {
 
@@ -47,10 +46,5 @@ RangeResult resolve_range(std::string_view header, std::uint64_t size);
 
 // An IMF-fixdate, e.g. "Sun, 06 Nov 1994 08:49:37 GMT".
 std::string http_date(std::chrono::system_clock::time_point t);
-
-// The header of a .npy (format 1.0, or 2.0 if needed) holding a C-order,
-// little-endian array of `dtype` and `shape`: the bytes NumPy expects
-// before the data, padded so that the data starts at a multiple of 64.
-std::string npy_header(DataType dtype, const std::vector<std::uint64_t>& shape);
 
 }  // namespace zarrcoro::server

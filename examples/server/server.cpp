@@ -23,6 +23,7 @@
 #include <zarrcoro/array.hpp>
 #include <zarrcoro/error.hpp>
 #include <zarrcoro/info.hpp>
+#include <zarrcoro/npy.hpp>
 #include <zarrcoro/store/filesystem.hpp>
 
 #include "http_util.hpp"
@@ -643,6 +644,18 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
       failure = error_response(e);
     }
     if (failure) co_return reply("slice", std::move(*failure));
+    const std::vector<std::uint64_t> shape = region.shape();
+    // The .npy header names the real dtype (S, U, structs too); what a .npy
+    // cannot hold is the request's problem: raw still serves it.
+    std::string header;
+    if (format == "npy") {
+      try {
+        header = npy_header(array.dtype(), shape);
+      } catch (const Error& e) {
+        failure = text(http::status::bad_request, std::string(e.what()) + " (format=raw sends the bytes alone)");
+      }
+      if (failure) co_return reply("slice", std::move(*failure));
+    }
 
     const auto nbytes = region_bytes(region, array.dtype().size());
     if (!nbytes || *nbytes > opt.max_response_bytes)
@@ -658,8 +671,6 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
     }
     std::shared_ptr<void> hold(nullptr, [self = shared_from_this(), n = *nbytes](void*) { self->slice_bytes -= n; });
 
-    const std::vector<std::uint64_t> shape = region.shape();
-    const std::string header = format == "npy" ? npy_header(array.dtype(), shape) : std::string();
     Response res = respond(http::status::ok, "application/octet-stream");
     res.body().resize(header.size() + *nbytes);
     std::memcpy(res.body().data(), header.data(), header.size());

@@ -1,32 +1,75 @@
-// NumPy .npy files (format 1.0 written; 1.0, 2.0 and 3.0 read), as described
-// in NumPy's NEP 1 "A simple file format for NumPy arrays".
+// NumPy .npy files (format 1.0 written, or 2.0/3.0 when needed; 1.0, 2.0
+// and 3.0 read), as described in NumPy's NEP 1 "A simple file format for
+// NumPy arrays", and the mapping between DataType and NumPy's `descr`.
 //
 // Thread-safety: pure functions of their arguments; safe to call concurrently
 // (two calls writing the same file race like any two writers).
 //
-// Data types: the descr strings '|b1' (bool), '|i1' '<i2' '<i4' '<i8',
-// '|u1' '<u2' '<u4' '<u8', '<f2' '<f4' '<f8', '<c8' '<c16'. On read, any
-// byte-order mark is accepted ('<', '>', '|', '='); big-endian data is
-// byte-swapped to native order and fortran_order True is converted to C
-// order, so the result is always an NdArray (C order, native byte order).
-// Structured, object (pickled), string and datetime dtypes are refused.
+// Data types, as npy_descr() names them for data the engine holds (native =
+// little-endian byte order, records packed with fields in order, exactly the
+// DataType's offsets and size):
+//   bool '|b1'; int8..64 '|i1' '<i2' '<i4' '<i8'; uint8..64 '|u1' '<u2' '<u4'
+//   '<u8'; float16/32/64 '<f2' '<f4' '<f8'; complex64/128 '<c8' '<c16';
+//   S<n> (null_terminated_bytes) '|S<n>'; U<n> (fixed_length_utf32) '<U<n>';
+//   structured: the list NumPy writes, e.g.
+//     [('a', '|S3'), ('n', '<i2'), ('u', '<U2'), ('b', '|S2')]
+//   with subarray fields ('z', '<i2', (2, 2)) and nested structs
+//   ('s', [('x', '|u1'), ('y', '<f8', (3,))]).
+// A structured field's declared stored byte order (StructField::order) does
+// not show: the buffer is native. Field names are written as Python string
+// literals, quoted and escaped as Python's repr() does for names in the
+// Latin-1 range (other characters as UTF-8).
 //
-// Writing produces format 1.0 (2.0 only if the header would not fit in 1.0),
-// little-endian, fortran_order False, with the header padded by spaces so
-// that the data starts at a multiple of 64 bytes (the header ends with '\n').
+// On read, any byte-order mark is accepted ('<', '>', '|', '=') for every
+// type and every structured field; big-endian values are byte-swapped to
+// native order and fortran_order True is converted to C order, so the result
+// is always an NdArray in C order and native byte order. Structured fields of
+// the result declare no byte order (ByteOrder::unspecified), like a scalar
+// type: where the data goes next decides its stored order. Object (pickled),
+// datetime/timedelta, void/padding (aligned or offset structs), titled
+// fields and zero-length string dtypes are refused.
 //
-// Errors: InvalidArgument whose key is the file name ("" for parse_npy /
-// encode_npy) and whose field is the part at fault: "magic", "version",
-// "header", "descr", "fortran_order", "shape", "data" or "file" (open, read
-// or write failures).
+// Limits (hostile input): a header of at most kNpyMaxHeaderBytes, nested at
+// most kNpyMaxNesting containers deep; structs nested at most
+// kNpyMaxStructDepth deep; at most kNpyMaxDims dimensions for the array and
+// for a subarray field; element sizes below 2^31 bytes (DataType's limit).
+// A declared shape whose byte size overflows or exceeds the data present is
+// an error before anything is allocated. Header text in error messages is
+// escaped to printable ASCII and shortened.
+//
+// Writing produces format 1.0 (2.0 if the header would not fit in 1.0; 3.0,
+// UTF-8, if a field name has a character beyond Latin-1, as NumPy does),
+// fortran_order False, with the header padded by spaces so that the data
+// starts at a multiple of 64 bytes (the header ends with '\n').
+//
+// Errors: the key is the file name ("" for parse_npy / encode_npy /
+// npy_header / npy_descr / parse_npy_descr) and the field is the part at
+// fault: "magic", "version", "header", "descr", "fortran_order", "shape",
+// "data" or "file" (open, read or write failures).
+//  - reading: InvalidArgument for anything malformed or unsupported;
+//  - writing: UnsupportedError(field "descr" or "shape") for a type or shape
+//    a .npy cannot hold (struct nesting, dimensions, header size);
+//    InvalidArgument(field "data") for a buffer that does not match.
+// No other exception escapes (bar std::bad_alloc).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <filesystem>
+#include <span>
+#include <string>
+#include <string_view>
 
 #include <zarrcoro/array.hpp>
 #include <zarrcoro/bytes.hpp>
+#include <zarrcoro/dtype.hpp>
 
 namespace zarrcoro {
+
+inline constexpr std::size_t kNpyMaxHeaderBytes = std::size_t{1} << 20;
+inline constexpr std::size_t kNpyMaxNesting = 64;      // containers in the header literal
+inline constexpr std::size_t kNpyMaxStructDepth = 16;  // a struct in a struct in ... counts 2, 3, ...
+inline constexpr std::size_t kNpyMaxDims = 64;         // NumPy 2's limit (NumPy 1.x loads at most 32)
 
 // Reads and parses a .npy file.
 NdArray read_npy(const std::filesystem::path& file);
@@ -38,5 +81,22 @@ NdArray parse_npy(ByteSpan npy);
 Bytes encode_npy(const NdArray& array);
 // Writes encode_npy(array) to `file` (replacing it).
 void write_npy(const std::filesystem::path& file, const NdArray& array);
+
+// The NumPy descr of `dtype` for native-order data, as it appears in a .npy
+// header without the quotes of a string: "|S4", "<U2", "<i4", or for a
+// structured type the Python literal of its field list (see above). Raises
+// UnsupportedError(field "descr") for a type NumPy cannot be given (structs
+// nested deeper than kNpyMaxStructDepth, a subarray of more than kNpyMaxDims
+// dimensions).
+std::string npy_descr(DataType dtype);
+// The bytes of a .npy file before the data, for C-order native-order data of
+// `dtype` and `shape` (what encode_npy writes before the data). Raises as
+// npy_descr, and UnsupportedError(field "shape") for more than kNpyMaxDims
+// dimensions or field "header" beyond kNpyMaxHeaderBytes.
+std::string npy_header(DataType dtype, std::span<const std::uint64_t> shape);
+// Parses a descr given as its Python literal ("'<i4'", "[('a', '|S3')]"),
+// with the limits and the result type of parse_npy. InvalidArgument(field
+// "descr", or "header" for a malformed literal) otherwise.
+DataType parse_npy_descr(std::string_view literal);
 
 }  // namespace zarrcoro
