@@ -562,3 +562,33 @@ TEST_CASE("cli: nested and subarray structured .npy files round-trip through imp
   fails(dir, {"export", "deep", "deep.npy"}, "nested deeper than 16");
   CHECK_FALSE(fs::exists(dir / "deep.npy"));
 }
+
+TEST_CASE("b34 and b43: overflowing shapes and bad regions exit 2 with one line; small regions read exactly") {
+  REQUIRE_CLI();
+  ZARRCORO_REQUIRE_SHARED(shared);
+  TempDir dir;
+  const fs::path cases = shared / "cases";
+  // info describes the first five; export of a small region of the 2^96 array reads the fill value.
+  for (const char* name : {"b34_shape_2p96", "b34_chunk_2p64", "b34_chunk_2p64_empty", "b34_chunk_2p64_missing",
+                           "b34_chunk_wrap2"})
+    ok(dir, {"info", (cases / name).string()});
+  ok(dir, {"export", (cases / "b34_shape_2p96").string(), "small.npy", "--region", "0:2,0:2,4294967295:4294967296"});
+  const NdArray small = read_npy(dir / "small.npy");
+  CHECK(small.shape == std::vector<std::uint64_t>{2, 2, 1});
+  CHECK(small.data == Bytes(4, std::byte{7}));
+  fails(dir, {"export", (cases / "b34_shape_2p96").string(), "all.npy"}, "64 bits");
+  for (const char* name : {"b34_chunk_2p64", "b34_chunk_2p64_empty", "b34_chunk_2p64_missing", "b34_chunk_wrap2"})
+    fails(dir, {"export", (cases / name).string(), "x.npy"}, "chunk_grid");
+  for (const char* name : {"b34_shape_2p64", "b34_shape_neg", "b34_shape_frac"})
+    fails(dir, {"info", (cases / name).string()}, "'shape'");
+
+  const std::string regions = (cases / "b43_regions").string();  // uint8 [4,6] = arange(24)
+  ok(dir, {"export", regions, "cols.npy", "--region", ",0:2"});
+  CHECK(read_npy(dir / "cols.npy").data == Bytes{std::byte{0}, std::byte{1}, std::byte{6}, std::byte{7},
+                                                 std::byte{12}, std::byte{13}, std::byte{18}, std::byte{19}});
+  ok(dir, {"export", regions, "all.npy", "--region", ","});
+  CHECK(read_npy(dir / "all.npy").shape == std::vector<std::uint64_t>{4, 6});
+  for (const char* bad : {"0:5,0:6", "18446744073709551615,0:6", "0:18446744073709551616,0:6", "-1:4,0:6", "3:1,0:6",
+                          "0:2"})
+    fails(dir, {"export", regions, "bad.npy", "--region", bad}, "region");
+}
