@@ -157,11 +157,12 @@ void ShardingCodec::decode(const ArraySpec& spec, ByteSpan in, MutableByteSpan o
 
 void ShardingCodec::encode(const ArraySpec& spec, ByteSpan in, Bytes& out) const {
   const std::vector<std::uint64_t> zero(spec.shape.size(), 0);
-  if (!update(spec, std::nullopt, in.data(), spec.shape, zero, zero, spec.shape, out)) {
-    // Every inner chunk is fill: a valid shard of only "missing" entries.
-    std::vector<std::uint64_t> entries(2 * num_inner_, kMissing);
-    index_->encode(std::as_bytes(std::span(entries)), out);
-  }
+  if (!update(spec, std::nullopt, in.data(), spec.shape, zero, zero, spec.shape, out)) encode_empty(out);
+}
+
+void ShardingCodec::encode_empty(Bytes& out) const {
+  std::vector<std::uint64_t> entries(2 * num_inner_, kMissing);
+  index_->encode(std::as_bytes(std::span(entries)), out);
 }
 
 bool ShardingCodec::update(const ArraySpec& spec, std::optional<ByteSpan> existing, const std::byte* src,

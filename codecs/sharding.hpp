@@ -73,6 +73,9 @@ class ShardingCodec final : public ArrayToBytesCodec {
               std::span<const std::uint64_t> src_shape, std::span<const std::uint64_t> src_start,
               std::span<const std::uint64_t> shard_start, std::span<const std::uint64_t> box,
               Bytes& out) const;
+  // A shard of only missing inner chunks (its index alone): what reads as
+  // all fill_value where a shard cannot be erased.
+  void encode_empty(Bytes& out) const;
 
  private:
   std::vector<std::uint64_t> chunk_shape_, per_shard_;

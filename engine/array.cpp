@@ -664,6 +664,13 @@ class WriteOp final : public ChunkOp {
     }
   }
 
+  // An all-fill chunk is erased, unless the store cannot erase it
+  // conditionally (S3): an existing one is then overwritten with fill.
+  bool erase_allowed(const Task& t) const {
+    return !t.read_existing || t.generation.unknown() || t.generation.is_absent() ||
+           st_->store->erases_atomically();
+  }
+
   asio::awaitable<void> read_existing(Task& t) {
     Generation unconditional;
     auto got = co_await read(t.key, ByteRange::all(), std::move(unconditional));
@@ -687,6 +694,10 @@ class WriteOp final : public ChunkOp {
         t.erase = !st_->shard->update(spec, existing, in_.data(), region_shape_, p.out_start, p.chunk_start,
                                       p.shape, t.encoded);
         t.existing.reset();
+        if (t.erase && !erase_allowed(t)) {
+          st_->shard->encode_empty(t.encoded);
+          t.erase = false;
+        }
         return;
       }
       thread_local Bytes chunk;
@@ -700,7 +711,7 @@ class WriteOp final : public ChunkOp {
       }
       detail::copy_box(in_.data(), region_shape_, p.out_start, chunk.data(), spec.shape, p.chunk_start,
                        p.shape, es);
-      if (!st_->store_fill_chunks && detail::all_equal(chunk, st_->fill.data(), es)) {
+      if (!st_->store_fill_chunks && detail::all_equal(chunk, st_->fill.data(), es) && erase_allowed(t)) {
         t.erase = true;
         return;
       }

@@ -17,6 +17,7 @@
 #include <zarrcoro/store/memory.hpp>  // clip
 
 #include "store/http_client.hpp"
+#include "store/s3_xml.hpp"
 #include "store/sigv4.hpp"
 
 namespace zarrcoro {
@@ -37,7 +38,12 @@ std::string trim_slashes(std::string_view s) {
   return std::string(s);
 }
 
-// ---- minimal XML, enough for S3's flat documents ----
+}  // namespace
+
+// ---- minimal XML, enough for S3's flat documents (store/s3_xml.hpp) ----
+
+namespace s3xml {
+namespace {
 
 void append_utf8(std::string& out, unsigned long cp) {
   if (cp < 0x80) {
@@ -56,6 +62,8 @@ void append_utf8(std::string& out, unsigned long cp) {
     out += char(0x80 | (cp & 0x3F));
   }
 }
+
+}  // namespace
 
 std::string xml_unescape(std::string_view s) {
   std::string out;
@@ -138,6 +146,35 @@ std::string xml_first(std::string_view doc, std::string_view tag) {
   const auto v = xml_next(doc, tag, pos);
   return v ? xml_unescape(*v) : std::string();
 }
+
+ListPage parse_list(std::string_view doc) {
+  ListPage page;
+  std::size_t pos = 0;
+  while (auto contents = xml_next(doc, "Contents", pos)) {
+    std::size_t p = 0;
+    if (auto k = xml_next(*contents, "Key", p)) page.keys.push_back(xml_unescape(*k));
+  }
+  pos = 0;
+  while (auto common = xml_next(doc, "CommonPrefixes", pos)) {
+    std::size_t p = 0;
+    if (auto k = xml_next(*common, "Prefix", p)) page.prefixes.push_back(xml_unescape(*k));
+  }
+  if (xml_first(doc, "IsTruncated") == "true") page.next = xml_first(doc, "NextContinuationToken");
+  return page;
+}
+
+ErrorBody parse_error(std::string_view doc) {
+  return {xml_first(doc, "Code"), xml_first(doc, "Message")};
+}
+
+}  // namespace s3xml
+
+using s3xml::xml_escape;
+using s3xml::xml_first;
+using s3xml::xml_next;
+using s3xml::xml_unescape;
+
+namespace {
 
 std::string_view as_text(const Bytes& b) {
   return {reinterpret_cast<const char*>(b.data()), b.size()};
@@ -249,8 +286,7 @@ struct S3Store::Impl {
   [[noreturn]] void fail(const std::string& key, std::string_view op, const std::string& object,
                          const http::Response& r) const {
     const std::string_view body = as_text(r.body);
-    std::string code = xml_first(body, "Code");
-    const std::string message = xml_first(body, "Message");
+    auto [code, message] = s3xml::parse_error(body);
     std::string msg = std::string(op) + " " + url_of(object) + ": HTTP " + std::to_string(r.status) +
                       " " + std::string(http::status_text(r.status));
     if (!code.empty()) msg += ": " + code;
@@ -324,30 +360,69 @@ const S3Options& S3Store::options() const { return impl_->options; }
 HttpClientStats S3Store::stats() const { return impl_->client->stats(); }
 std::string S3Store::url() const { return impl_->shown; }
 
-awaitable<std::optional<Bytes>> S3Store::get(std::string key, ByteRange range) {
+// An object's generation: its ETag (S3 ETags are strong), verbatim.
+static Generation generation_of(const http::Response& r) {
+  std::string etag = r.header("ETag");
+  if (etag.empty()) return {};
+  return {std::move(etag)};
+}
+
+// The condition headers of a write for `if_equal` (none when unknown). The
+// ETag goes without its quotes: radosgw compares a write's If-Match with
+// the stored, unquoted ETag (a quoted one never matches), and S3 takes both.
+static sigv4::Pairs condition_headers(const Generation& if_equal) {
+  if (if_equal.unknown()) return {};
+  if (if_equal.is_absent()) return {{"If-None-Match", "*"}};
+  std::string etag = if_equal.token;
+  if (etag.size() >= 2 && etag.front() == '"' && etag.back() == '"') etag = etag.substr(1, etag.size() - 2);
+  return {{"If-Match", std::move(etag)}};
+}
+
+awaitable<ReadResult> S3Store::read(std::string key, ReadOptions options) {
   validate_key(key);
   const auto d = impl_;
-  if ((range.kind != ByteRange::Kind::full) && range.length == 0) {
-    if (!co_await exists(key)) co_return std::nullopt;
-    co_return Bytes{};
-  }
+  const ByteRange range = options.range;
+  const bool empty_range = range.kind != ByteRange::Kind::full && range.length == 0;
   const std::string object = d->object(key);
   sigv4::Pairs headers;
-  const std::string range_value = http::range_header(range);
+  if (!options.if_equal.unknown() && !options.if_equal.is_absent())
+    headers.emplace_back("If-Match", options.if_equal.token);
+  const std::string range_value = empty_range ? "" : http::range_header(range);
   if (!range_value.empty()) headers.emplace_back("Range", range_value);
-  http::Request req = d->make(bh::verb::get, object, {}, std::move(headers), nullptr, {}, key);
+  http::Request req = d->make(empty_range ? bh::verb::head : bh::verb::get, object, {}, std::move(headers), nullptr,
+                              {}, key);
   if (!range_value.empty()) req.max_full_body = d->options.max_full_body;
   http::Response r = co_await d->send(std::move(req));
-  if (auto value = http::take_value(key, d->url_of(object), range, r)) co_return value;
-  switch (r.status) {
-    case 404: {
-      const std::string code = xml_first(as_text(r.body), "Code");
-      if (code.empty() || code == "NoSuchKey") co_return std::nullopt;
-      d->fail(key, "GET", object, r);
-    }
-    default:
-      d->fail(key, "GET", object, r);
+  ReadResult result;
+  if (r.status == 412) {  // If-Match failed
+    result.changed = true;
+    co_return result;
   }
+  if (r.status == 404) {
+    const std::string code = empty_range ? "" : xml_first(as_text(r.body), "Code");
+    if (!code.empty() && code != "NoSuchKey") d->fail(key, "GET", object, r);
+    result.generation = Generation::absent();
+  } else if (empty_range && r.status == 200) {
+    result.generation = generation_of(r);
+    result.value = Bytes{};
+  } else if (auto value = empty_range ? std::nullopt : http::take_value(key, d->url_of(object), range, r)) {
+    result.generation = generation_of(r);
+    result.value = std::move(value);
+  } else {
+    d->fail(key, empty_range ? "HEAD" : "GET", object, r);
+  }
+  if (!options.if_equal.unknown() && result.generation != options.if_equal) {
+    result.value.reset();
+    result.changed = true;
+  }
+  co_return result;
+}
+
+awaitable<std::optional<Bytes>> S3Store::get(std::string key, ByteRange range) {
+  ReadOptions options;  // named: g++ 12 miscompiles a braced temporary beside co_await
+  options.range = range;
+  auto r = co_await read(std::move(key), std::move(options));
+  co_return std::move(r.value);
 }
 
 awaitable<bool> S3Store::exists(std::string key) {
@@ -424,16 +499,37 @@ static awaitable<void> upload_parts(std::shared_ptr<S3Store::Impl> d, std::strin
   }
 }
 
-awaitable<void> S3Store::set(std::string key, Bytes value) {
+awaitable<std::optional<Generation>> S3Store::write(std::string key, std::optional<Bytes> value,
+                                                    WriteOptions options) {
   validate_key(key);
   const auto d = impl_;
   const std::string object = d->object(key);
   const auto& o = d->options;
-  auto data = std::make_shared<const Bytes>(std::move(value));
+  if (!value) {
+    if (!options.if_equal.unknown()) {  // DeleteObject has no condition: check first (not atomic)
+      ReadOptions probe;
+      probe.range = ByteRange::from(0, 0);
+      const ReadResult now = co_await read(key, std::move(probe));
+      if (now.generation != options.if_equal) co_return std::nullopt;
+      if (now.generation.is_absent()) co_return Generation::absent();
+    }
+    http::Request r_req = d->make(bh::verb::delete_, object, {}, {}, nullptr, {}, key);
+    http::Response r = co_await d->send(std::move(r_req));
+    if (r.status == 204 || r.status == 200) co_return Generation::absent();
+    if (r.status == 404 && xml_first(as_text(r.body), "Code") == "NoSuchKey") co_return Generation::absent();
+    d->fail(key, "DELETE", object, r);
+  }
+  auto data = std::make_shared<const Bytes>(std::move(*value));
   const ByteSpan all(*data);
+  const bool conditional = !options.if_equal.unknown();
 
-  if (o.multipart_threshold == 0 || all.size() < o.multipart_threshold || all.size() <= o.part_size) {
-    sigv4::Pairs headers{{"Content-Type", "application/octet-stream"}};
+  // A conditional write is one PutObject (a multipart upload cannot carry
+  // the condition): up to S3's single-PUT limit of 5 GiB.
+  if (conditional && all.size() > (std::uint64_t{5} << 30))
+    throw UnsupportedError(key, "if_equal", "a conditional write of more than 5 GiB (one PutObject) to " + url());
+  if (conditional || o.multipart_threshold == 0 || all.size() < o.multipart_threshold || all.size() <= o.part_size) {
+    sigv4::Pairs headers = condition_headers(options.if_equal);
+    headers.emplace_back("Content-Type", "application/octet-stream");
     if (!o.sign_payload) {
       std::string md5 = co_await content_md5(d, all);
       headers.emplace_back("Content-MD5", std::move(md5));
@@ -441,8 +537,11 @@ awaitable<void> S3Store::set(std::string key, Bytes value) {
     std::string hash = co_await payload_hash(d, all);
     http::Request r_req = d->make(bh::verb::put, object, {}, std::move(headers), data, all, key, std::move(hash));
     http::Response r = co_await d->send(std::move(r_req));
+    if (conditional && (r.status == 412 || (r.status == 409 && xml_first(as_text(r.body), "Code") ==
+                                                                    "ConditionalRequestConflict")))
+      co_return std::nullopt;
     if (r.status != 200) d->fail(key, "PUT", object, r);
-    co_return;
+    co_return generation_of(r);
   }
 
   // Multipart upload.
@@ -479,7 +578,7 @@ awaitable<void> S3Store::set(std::string key, Bytes value) {
     http::Response done = co_await d->send(std::move(done_req));
     // S3 may answer 200 and still report an error in the body.
     const bool error = done.status != 200 || as_text(done.body).find("<Error>") != std::string_view::npos;
-    if (!error) co_return;
+    if (!error) co_return Generation{};  // the ETag of a completed upload is in its XML: not needed
     // A retried completion finds the upload gone when the first attempt did
     // complete it but its answer was lost: accept the object if it is exactly
     // the one these parts make (S3's multipart ETag: MD5 of the parts' MD5s).
@@ -488,7 +587,7 @@ awaitable<void> S3Store::set(std::string key, Bytes value) {
       http::Response head = co_await d->send(std::move(head_req));
       if (head.status == 200 && head.header("ETag") == multipart_etag(etags) &&
           head.header("Content-Length") == std::to_string(all.size()))
-        co_return;
+        co_return generation_of(head);
     }
     d->fail(key, "CompleteMultipartUpload", object, done);
   } catch (...) {
@@ -508,41 +607,16 @@ awaitable<void> S3Store::set(std::string key, Bytes value) {
   std::rethrow_exception(failure);
 }
 
+awaitable<void> S3Store::set(std::string key, Bytes value) {
+  std::optional<Bytes> v(std::move(value));
+  WriteOptions unconditional;  // named: see get
+  co_await write(std::move(key), std::move(v), std::move(unconditional));
+}
+
 awaitable<void> S3Store::erase(std::string key) {
-  validate_key(key);
-  const auto d = impl_;
-  const std::string object = d->object(key);
-  http::Request r_req = d->make(bh::verb::delete_, object, {}, {}, nullptr, {}, key);
-  http::Response r = co_await d->send(std::move(r_req));
-  if (r.status == 204 || r.status == 200) co_return;
-  if (r.status == 404 && xml_first(as_text(r.body), "Code") == "NoSuchKey") co_return;
-  d->fail(key, "DELETE", object, r);
+  WriteOptions unconditional;
+  co_await write(std::move(key), std::nullopt, std::move(unconditional));
 }
-
-namespace {
-
-struct Page {
-  std::vector<std::string> keys, prefixes;
-  std::string next;  // continuation token, "" at the end
-};
-
-Page parse_list(std::string_view doc) {
-  Page page;
-  std::size_t pos = 0;
-  while (auto contents = xml_next(doc, "Contents", pos)) {
-    std::size_t p = 0;
-    if (auto k = xml_next(*contents, "Key", p)) page.keys.push_back(xml_unescape(*k));
-  }
-  pos = 0;
-  while (auto common = xml_next(doc, "CommonPrefixes", pos)) {
-    std::size_t p = 0;
-    if (auto k = xml_next(*common, "Prefix", p)) page.prefixes.push_back(xml_unescape(*k));
-  }
-  if (xml_first(doc, "IsTruncated") == "true") page.next = xml_first(doc, "NextContinuationToken");
-  return page;
-}
-
-}  // namespace
 
 // Lists with ListObjectsV2 (all pages); names relative to the store's prefix.
 static awaitable<S3Store::Listing> list_objects(std::shared_ptr<S3Store::Impl> d, std::string prefix,
@@ -559,7 +633,7 @@ static awaitable<S3Store::Listing> list_objects(std::shared_ptr<S3Store::Impl> d
     http::Request r_req = d->make(bh::verb::get, "", std::move(query), {}, nullptr, {}, prefix);
     http::Response r = co_await d->send(std::move(r_req));
     if (r.status != 200) d->fail(prefix, "ListObjectsV2", full, r);
-    Page page = parse_list(as_text(r.body));
+    s3xml::ListPage page = s3xml::parse_list(as_text(r.body));
     for (auto& k : page.keys)
       if (k.starts_with(d->base)) out.keys.push_back(k.substr(d->base.size()));
     for (auto& p : page.prefixes)

@@ -137,6 +137,11 @@ class Store {
   // a condition raises UnsupportedError(key, "if_equal").
   virtual awaitable<std::optional<Generation>> write(std::string key, std::optional<Bytes> value,
                                                      WriteOptions options);
+
+  // False if a conditional erase is not atomic here (S3 servers ignore
+  // If-Match on DeleteObject; S3Store checks, then deletes). The engine then
+  // stores an all-fill chunk conditionally instead of erasing one.
+  virtual bool erases_atomically() const { return true; }
 };
 
 // Throws InvalidArgument unless `key` is a valid store key (see above).

@@ -113,6 +113,21 @@ class S3Store : public Store {
   // Success: the (clipped) range of the object, or nullopt for NoSuchKey.
   // Failure: InvalidArgument (bad key), StoreError (see above).
   awaitable<std::optional<Bytes>> get(std::string key, ByteRange range = {}) override;
+  // get with the object's ETag as its generation; a condition is sent as
+  // If-Match (412: `changed`), and an answer of another ETag reads as changed.
+  awaitable<ReadResult> read(std::string key, ReadOptions options) override;
+  // set / erase, conditional on the object's ETag: PutObject with If-Match,
+  // or If-None-Match: * for "only if absent" (412 or 409
+  // ConditionalRequestConflict: nullopt). A conditional write is a single
+  // PutObject (no multipart upload): at most 5 GiB, else UnsupportedError.
+  // Returns the new ETag when the answer has one. DeleteObject cannot be
+  // conditional (radosgw and S3 ignore If-Match on it): a conditional erase
+  // checks the ETag with HeadObject, then deletes, so a write landing in
+  // between is lost; erases_atomically() says so, and the engine never
+  // erases conditionally here.
+  awaitable<std::optional<Generation>> write(std::string key, std::optional<Bytes> value,
+                                             WriteOptions options) override;
+  bool erases_atomically() const override { return false; }
   // Success: the object holds exactly `value`. Failure: InvalidArgument,
   // StoreError (a failed multipart upload is aborted; the old value stays).
   awaitable<void> set(std::string key, Bytes value) override;
