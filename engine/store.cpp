@@ -21,6 +21,18 @@ void validate_key(const std::string& key) {
   }
 }
 
+awaitable<std::optional<Bytes>> Store::get_by_read(std::string key, ByteRange range) {
+  ReadOptions options;  // named: g++ 12 miscompiles a braced temporary beside co_await
+  options.range = range;
+  auto r = co_await read(std::move(key), std::move(options));
+  co_return std::move(r.value);
+}
+
+awaitable<void> Store::set_by_write(std::string key, std::optional<Bytes> value) {
+  WriteOptions unconditional;
+  co_await write(std::move(key), std::move(value), std::move(unconditional));
+}
+
 awaitable<ReadResult> Store::read(std::string key, ReadOptions options) {
   if (!options.if_equal.unknown())
     throw UnsupportedError(key, "if_equal", url() + " cannot read conditionally (it does not version values)");

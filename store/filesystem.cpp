@@ -491,22 +491,14 @@ awaitable<std::optional<Generation>> FilesystemStore::write(std::string key, std
 }
 
 awaitable<std::optional<Bytes>> FilesystemStore::get(std::string key, ByteRange range) {
-  ReadOptions options;  // named: g++ 12 miscompiles a braced temporary beside co_await
-  options.range = range;
-  auto r = co_await read(std::move(key), std::move(options));
-  co_return std::move(r.value);
+  return get_by_read(std::move(key), range);
 }
 
 awaitable<void> FilesystemStore::set(std::string key, Bytes value) {
-  std::optional<Bytes> v(std::move(value));
-  WriteOptions unconditional;  // named: see get
-  co_await write(std::move(key), std::move(v), std::move(unconditional));
+  return set_by_write(std::move(key), std::move(value));
 }
 
-awaitable<void> FilesystemStore::erase(std::string key) {
-  WriteOptions unconditional;
-  co_await write(std::move(key), std::nullopt, std::move(unconditional));
-}
+awaitable<void> FilesystemStore::erase(std::string key) { return set_by_write(std::move(key), std::nullopt); }
 
 awaitable<bool> FilesystemStore::exists(std::string key) {
   validate_key(key);

@@ -66,19 +66,6 @@ awaitable<http::Response> HttpStore::fetch(http::Request req) {
   }
 }
 
-namespace {
-
-// A response's generation: its strong ETag, verbatim (If-Match takes it
-// back as is). A weak or missing ETag cannot make a condition (If-Match
-// compares strongly): unknown.
-Generation generation_of(const http::Response& r) {
-  std::string etag = r.header("ETag");
-  if (etag.size() < 2 || etag.front() != '"') return {};
-  return {std::move(etag)};
-}
-
-}  // namespace
-
 awaitable<ReadResult> HttpStore::read(std::string key, ReadOptions options) {
   validate_key(key);
   const ByteRange range = options.range;
@@ -108,10 +95,10 @@ awaitable<ReadResult> HttpStore::read(std::string key, ReadOptions options) {
   if (r.status == 404 || r.status == 410) {
     result.generation = Generation::absent();
   } else if (empty_range && r.status >= 200 && r.status < 300) {
-    result.generation = generation_of(r);
+    result.generation = http::etag_generation(r);
     result.value = Bytes{};
   } else if (auto value = empty_range ? std::nullopt : http::take_value(key, url, range, r)) {
-    result.generation = generation_of(r);
+    result.generation = http::etag_generation(r);
     result.value = std::move(value);
   } else {
     throw StoreError(key, "HTTP " + std::to_string(r.status),
@@ -127,10 +114,7 @@ awaitable<ReadResult> HttpStore::read(std::string key, ReadOptions options) {
 }
 
 awaitable<std::optional<Bytes>> HttpStore::get(std::string key, ByteRange range) {
-  ReadOptions options;  // named: g++ 12 miscompiles a braced temporary beside co_await
-  options.range = range;
-  auto r = co_await read(std::move(key), std::move(options));
-  co_return std::move(r.value);
+  return get_by_read(std::move(key), range);
 }
 
 awaitable<bool> HttpStore::exists(std::string key) {

@@ -209,6 +209,12 @@ std::string Response::header(std::string_view name) const {
   return it == headers.end() ? std::string() : std::string(it->value());
 }
 
+Generation etag_generation(const Response& r) {
+  std::string etag = r.header("ETag");
+  if (etag.size() < 2 || etag.front() != '"') return {};
+  return {std::move(etag)};
+}
+
 std::string_view status_text(unsigned status) {
   const auto s = beast_http::obsolete_reason(beast_http::int_to_status(status));
   return {s.data(), s.size()};

@@ -151,6 +151,11 @@ class Client : public std::enable_shared_from_this<Client> {
       bytes_received_{0}, bytes_sent_{0};
 };
 
+// A response's generation: its strong ETag, verbatim (If-Match takes it
+// back as is). A weak or missing ETag cannot make a condition (If-Match
+// compares strongly): unknown.
+Generation etag_generation(const Response& r);
+
 // The reason phrase of an HTTP status, e.g. "Service Unavailable".
 std::string_view status_text(unsigned status);
 

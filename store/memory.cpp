@@ -70,22 +70,14 @@ awaitable<std::optional<Generation>> MemoryStore::write(std::string key, std::op
 }
 
 awaitable<std::optional<Bytes>> MemoryStore::get(std::string key, ByteRange range) {
-  ReadOptions options;  // named: g++ 12 miscompiles a braced temporary beside co_await
-  options.range = range;
-  auto r = co_await read(std::move(key), std::move(options));
-  co_return std::move(r.value);
+  return get_by_read(std::move(key), range);
 }
 
 awaitable<void> MemoryStore::set(std::string key, Bytes value) {
-  std::optional<Bytes> v(std::move(value));
-  WriteOptions unconditional;  // named: see get
-  co_await write(std::move(key), std::move(v), std::move(unconditional));
+  return set_by_write(std::move(key), std::move(value));
 }
 
-awaitable<void> MemoryStore::erase(std::string key) {
-  WriteOptions unconditional;
-  co_await write(std::move(key), std::nullopt, std::move(unconditional));
-}
+awaitable<void> MemoryStore::erase(std::string key) { return set_by_write(std::move(key), std::nullopt); }
 
 awaitable<bool> MemoryStore::exists(std::string key) {
   validate_key(key);

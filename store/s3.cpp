@@ -360,13 +360,6 @@ const S3Options& S3Store::options() const { return impl_->options; }
 HttpClientStats S3Store::stats() const { return impl_->client->stats(); }
 std::string S3Store::url() const { return impl_->shown; }
 
-// An object's generation: its ETag (S3 ETags are strong), verbatim.
-static Generation generation_of(const http::Response& r) {
-  std::string etag = r.header("ETag");
-  if (etag.empty()) return {};
-  return {std::move(etag)};
-}
-
 // The condition headers of a write for `if_equal` (none when unknown). The
 // ETag goes without its quotes: radosgw compares a write's If-Match with
 // the stored, unquoted ETag (a quoted one never matches), and S3 takes both.
@@ -403,10 +396,10 @@ awaitable<ReadResult> S3Store::read(std::string key, ReadOptions options) {
     if (!code.empty() && code != "NoSuchKey") d->fail(key, "GET", object, r);
     result.generation = Generation::absent();
   } else if (empty_range && r.status == 200) {
-    result.generation = generation_of(r);
+    result.generation = http::etag_generation(r);
     result.value = Bytes{};
   } else if (auto value = empty_range ? std::nullopt : http::take_value(key, d->url_of(object), range, r)) {
-    result.generation = generation_of(r);
+    result.generation = http::etag_generation(r);
     result.value = std::move(value);
   } else {
     d->fail(key, empty_range ? "HEAD" : "GET", object, r);
@@ -419,10 +412,7 @@ awaitable<ReadResult> S3Store::read(std::string key, ReadOptions options) {
 }
 
 awaitable<std::optional<Bytes>> S3Store::get(std::string key, ByteRange range) {
-  ReadOptions options;  // named: g++ 12 miscompiles a braced temporary beside co_await
-  options.range = range;
-  auto r = co_await read(std::move(key), std::move(options));
-  co_return std::move(r.value);
+  return get_by_read(std::move(key), range);
 }
 
 awaitable<bool> S3Store::exists(std::string key) {
@@ -541,7 +531,7 @@ awaitable<std::optional<Generation>> S3Store::write(std::string key, std::option
                                                                     "ConditionalRequestConflict")))
       co_return std::nullopt;
     if (r.status != 200) d->fail(key, "PUT", object, r);
-    co_return generation_of(r);
+    co_return http::etag_generation(r);
   }
 
   // Multipart upload.
@@ -587,7 +577,7 @@ awaitable<std::optional<Generation>> S3Store::write(std::string key, std::option
       http::Response head = co_await d->send(std::move(head_req));
       if (head.status == 200 && head.header("ETag") == multipart_etag(etags) &&
           head.header("Content-Length") == std::to_string(all.size()))
-        co_return generation_of(head);
+        co_return http::etag_generation(head);
     }
     d->fail(key, "CompleteMultipartUpload", object, done);
   } catch (...) {
@@ -608,15 +598,10 @@ awaitable<std::optional<Generation>> S3Store::write(std::string key, std::option
 }
 
 awaitable<void> S3Store::set(std::string key, Bytes value) {
-  std::optional<Bytes> v(std::move(value));
-  WriteOptions unconditional;  // named: see get
-  co_await write(std::move(key), std::move(v), std::move(unconditional));
+  return set_by_write(std::move(key), std::move(value));
 }
 
-awaitable<void> S3Store::erase(std::string key) {
-  WriteOptions unconditional;
-  co_await write(std::move(key), std::nullopt, std::move(unconditional));
-}
+awaitable<void> S3Store::erase(std::string key) { return set_by_write(std::move(key), std::nullopt); }
 
 // Lists with ListObjectsV2 (all pages); names relative to the store's prefix.
 static awaitable<S3Store::Listing> list_objects(std::shared_ptr<S3Store::Impl> d, std::string prefix,

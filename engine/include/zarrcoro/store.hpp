@@ -142,6 +142,11 @@ class Store {
   // If-Match on DeleteObject; S3Store checks, then deletes). The engine then
   // stores an all-fill chunk conditionally instead of erasing one.
   virtual bool erases_atomically() const { return true; }
+
+ protected:
+  // get, set and erase for stores whose read and write are primary.
+  awaitable<std::optional<Bytes>> get_by_read(std::string key, ByteRange range);
+  awaitable<void> set_by_write(std::string key, std::optional<Bytes> value);
 };
 
 // Throws InvalidArgument unless `key` is a valid store key (see above).
