@@ -1105,8 +1105,6 @@ TEST_CASE("server: zarrita (FetchStore) reads v3 arrays through the server exact
   CHECK(m.find("zarrcoro_http_requests_total{route=\"key\",status=\"206\"}") != std::string::npos);
 }
 
-#endif  // ZARRCORO_SERVER_EXE
-
 TEST_CASE("b34 and b43: the slice API refuses overflowing and malformed regions with 400, reads small ones exactly") {
   ZARRCORO_REQUIRE_SHARED(shared);
   TestServer s;
@@ -1133,3 +1131,5 @@ TEST_CASE("b34 and b43: the slice API refuses overflowing and malformed regions 
   }
   CHECK(get(s.port(), "/healthz").result_int() == 200);  // still serving
 }
+
+#endif  // ZARRCORO_SERVER_EXE
