@@ -5,12 +5,14 @@
 
 #include <algorithm>
 #include <charconv>
+#include <random>
 
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <spdlog/spdlog.h>
 
@@ -381,10 +383,7 @@ class ReadOp final : public ChunkOp {
   asio::awaitable<void> fetch(std::size_t i) override {
     const auto& p = parts_[i];
     auto& t = tasks_[i];
-    if (st_->shard && !p.whole_chunk) {
-      co_await fetch_inner_chunks(i);
-      co_return;
-    }
+    if (st_->shard && !p.whole_chunk && co_await fetch_inner_chunks(i)) co_return;
     Generation unconditional;  // named: g++ 12 and temporaries beside co_await
     auto got = co_await read(st_->chunk_key(p.coords), ByteRange::all(), std::move(unconditional));
     auto v = std::move(got.value);
@@ -400,17 +399,19 @@ class ReadOp final : public ChunkOp {
   // Every range is read conditionally on the generation the index came
   // from, so index and inner chunks are of one version of the shard; when
   // the shard changed (a rewrite by anyone, or a stale cached index) the
-  // part is planned again from a fresh index.
-  asio::awaitable<void> fetch_inner_chunks(std::size_t i) {
+  // part is planned again from a fresh index. False when the shard kept
+  // changing: the caller then reads it whole, in one request (one version
+  // by construction), so a reader makes progress under any write load.
+  asio::awaitable<bool> fetch_inner_chunks(std::size_t i) {
     const std::string key = st_->chunk_key(parts_[i].coords);
     for (unsigned attempt = 0; attempt < kShardReadAttempts; ++attempt)
-      if (co_await try_fetch_inner_chunks(i, key, attempt > 0)) co_return;
-    throw StoreError(key, "generation",
-                     "the shard changed during each of " + std::to_string(kShardReadAttempts) +
-                         " attempts to read it consistently");
+      if (co_await try_fetch_inner_chunks(i, key, attempt > 0)) co_return true;
+    tasks_[i].pieces.clear();
+    tasks_[i].buffers.clear();
+    co_return false;
   }
 
-  static constexpr unsigned kShardReadAttempts = 16;
+  static constexpr unsigned kShardReadAttempts = 4;
 
   // One attempt; false when the shard changed under it.
   asio::awaitable<bool> try_fetch_inner_chunks(std::size_t i, const std::string& key, bool refetch_index) {
@@ -741,6 +742,7 @@ class WriteOp final : public ChunkOp {
           throw StoreError(t.key, "generation",
                            "other writers replaced the chunk during each of " + std::to_string(kWriteAttempts) +
                                " attempts to update it");
+        co_await backoff(attempt);
         co_await read_existing(t);
         co_await run_task(t);  // merge again
       }
@@ -753,6 +755,16 @@ class WriteOp final : public ChunkOp {
   }
 
   static constexpr unsigned kWriteAttempts = 64;
+
+  // A random wait before retrying a conflicting write, growing with the
+  // attempt (up to ~20 ms), so that contending writers spread out instead
+  // of colliding again in lockstep.
+  asio::awaitable<void> backoff(unsigned attempt) {
+    thread_local std::minstd_rand rng{std::random_device{}()};
+    const std::uint64_t cap_us = std::uint64_t{50} << std::min(attempt, 9u);
+    asio::steady_timer timer(strand_, std::chrono::microseconds(rng() % (cap_us + 1)));
+    co_await timer.async_wait(use_awaitable);
+  }
 
   void unlock(Task& t) {
     if (t.locked) engine_.key_locks.unlock(t.key);

@@ -127,7 +127,8 @@ namespace {
 // that very chunk; anything else is data from another version or position.
 constexpr std::uint64_t kInner = 16, kShards = 4, kPerShard = 16, kLen = kInner * kPerShard * kShards;
 
-asio::awaitable<void> mixed_worker(Array a, int id, int ops, std::atomic<int>* bad, std::atomic<int>* errors) {
+asio::awaitable<void> mixed_worker(Array a, int id, int ops, std::atomic<int>* bad, std::atomic<int>* errors,
+                                   std::string* first_error) {
   std::mt19937 rng(static_cast<unsigned>(id));
   std::vector<std::int32_t> buf(4 * kInner);
   for (int k = 0; k < ops; ++k) {
@@ -150,8 +151,8 @@ asio::awaitable<void> mixed_worker(Array a, int id, int ops, std::atomic<int>* b
         const Region r{{first * kInner}, {(first + 1) * kInner}};
         co_await a.write(r, std::as_bytes(std::span(v)));
       }
-    } catch (const Error&) {
-      ++*errors;
+    } catch (const Error& e) {
+      if (++*errors == 1) *first_error = e.what();  // only the first writer of it
     }
   }
 }
@@ -175,10 +176,13 @@ TEST_CASE("partial shard reads racing shard rewrites never return wrong data", "
   else store = std::make_shared<FilesystemStore>(rt.io_executor(), dir.path, FilesystemOptions{.use_io_uring = store_kind == 2});
   const Array a = Array::create_blocking(rt, store, "a", meta({kLen}, {kInner * kPerShard}, sharded({kInner}, zstd)));
   std::atomic<int> bad{0}, errors{0};
+  std::string first_error;
   std::vector<std::future<void>> jobs;
   for (int c = 0; c < 64; ++c)
-    jobs.push_back(asio::co_spawn(rt.io_executor(), mixed_worker(a, c, 40, &bad, &errors), asio::use_future));
+    jobs.push_back(
+        asio::co_spawn(rt.io_executor(), mixed_worker(a, c, 40, &bad, &errors, &first_error), asio::use_future));
   for (auto& j : jobs) j.get();
+  INFO("first error: " << first_error);
   CHECK(bad == 0);
   CHECK(errors == 0);
 }

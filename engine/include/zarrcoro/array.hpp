@@ -15,7 +15,8 @@
 //  - a reader sees each chunk, and each inner chunk of a shard, either
 //    before or after any concurrent write, never a mix: a partial shard
 //    read takes the index and the inner chunks from one version of the
-//    shard (retried from a fresh index up to 16 times). A region spanning
+//    shard (planned again from a fresh index up to 4 times, then read
+//    whole in one request, so readers progress under any write load). A region spanning
 //    several chunks may show some chunks old and others new.
 // On a store that cannot version values these hold only for writers in one
 // Runtime.
