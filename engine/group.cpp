@@ -18,8 +18,9 @@ std::string group_key(const std::string& path) {
 
 nlohmann::json parse_group(const nlohmann::json& j, const std::string& key) {
   if (!j.is_object()) throw InvalidMetadata(key, "", "expected a JSON object");
-  if (j.value("zarr_format", 0) != 3) throw InvalidMetadata(key, "zarr_format", "expected 3");
-  if (j.value("node_type", "") != "group")
+  // Compared, not converted: a member of another JSON type is refused, not thrown on.
+  if (!j.contains("zarr_format") || j["zarr_format"] != 3) throw InvalidMetadata(key, "zarr_format", "expected 3");
+  if (!j.contains("node_type") || j["node_type"] != "group")
     throw InvalidMetadata(key, "node_type", "expected \"group\"");
   for (const auto& [name, value] : j.items()) {
     if (name == "zarr_format" || name == "node_type" || name == "attributes") continue;

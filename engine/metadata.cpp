@@ -200,9 +200,10 @@ T parse_integer(const json& j, const std::string& key) {
     const double d = j.get<double>();
     if (!std::isfinite(d) || std::floor(d) != d)
       bad(key, "fill_value", "non-integral value " + j.dump() + " for an integer data type");
-    if (d < static_cast<double>(std::numeric_limits<T>::min()) ||
-        d > static_cast<double>(std::numeric_limits<T>::max()))
-      range_error();
+    // Exact bounds: [min, 2^digits). `max` itself rounds up to 2^digits as
+    // a double (int64: 2^63), and converting that is undefined.
+    const double below = std::ldexp(1.0, std::numeric_limits<T>::digits);
+    if (d < static_cast<double>(std::numeric_limits<T>::min()) || d >= below) range_error();
     return static_cast<T>(d);
   }
   bad(key, "fill_value", "expected an integer, got " + std::string(j.is_null() ? "null" : j.dump()));

@@ -142,7 +142,9 @@ std::optional<Bytes> take_value(const std::string& key, const std::string& url, 
       if (range.kind == ByteRange::Kind::full)
         throw StoreError(key, "HTTP 206", "GET " + url + ": a partial answer to a whole-value request");
       return take_partial(key, url, range, r);
-    case 416:
+    case 416:  // the range starts past the end; a whole-value request has no range to miss
+      if (range.kind == ByteRange::Kind::full)
+        throw StoreError(key, "HTTP 416", "GET " + url + ": 416 to a request without a Range");
       return Bytes{};
     default:
       return std::nullopt;

@@ -327,3 +327,27 @@ TEST_CASE("hostile metadata: typed errors naming the field, never a JSON library
   put("deep_ok", base.substr(0, base.size() - 1) + ",\"attributes\":{\"a\":" + ok_depth + "}}");
   CHECK_NOTHROW(Array::open_blocking(rt, store, "deep_ok"));
 }
+
+TEST_CASE("fuzz regressions: integral float fills at 2^63 and 2^64, groups with mistyped members, are typed errors",
+          "[hostile][regression]") {
+  // Found by tests/fuzz (fuzz_fill_value, fuzz_metadata_v3): converting 2^63
+  // to int64 was undefined behaviour; a non-string node_type threw a JSON
+  // library exception.
+  CHECK_THROWS_AS(parse_fill_value(nlohmann::json::parse("9223372036854775808.0"), DataTypeKind::int64, "k"),
+                  InvalidMetadata);
+  CHECK_THROWS_AS(parse_fill_value(nlohmann::json::parse("18446744073709551616"), DataTypeKind::uint64, "k"),
+                  InvalidMetadata);
+  CHECK_THROWS_AS(parse_fill_value(nlohmann::json::parse("2147483648.0"), DataTypeKind::int32, "k"), InvalidMetadata);
+  const auto fill = parse_fill_value(nlohmann::json::parse("-9223372036854775808.0"), DataTypeKind::int64, "k");
+  std::int64_t v;
+  std::memcpy(&v, fill.data(), 8);
+  CHECK(v == INT64_MIN);
+  Runtime rt({.codec_threads = 1});
+  auto store = std::make_shared<MemoryStore>();
+  for (const std::string doc : {R"({"zarr_format":3,"node_type":7})", R"({"zarr_format":"3","node_type":"group"})"}) {
+    INFO(doc);
+    Bytes b(reinterpret_cast<const std::byte*>(doc.data()), reinterpret_cast<const std::byte*>(doc.data()) + doc.size());
+    boost::asio::co_spawn(rt.io_executor(), store->set("g/zarr.json", std::move(b)), boost::asio::use_future).get();
+    CHECK_THROWS_AS(Group::open_blocking(rt, store, "g"), InvalidMetadata);
+  }
+}

@@ -33,6 +33,7 @@
 #endif
 
 #include "fault_server.hpp"
+#include "store/http_client.hpp"
 #include "store_conformance.hpp"
 #include "support.hpp"
 
@@ -1014,4 +1015,11 @@ TEST_CASE("b39: a corrupt or truncated coded body fails with StoreError, not dat
                                          Catch::Contains("key '" + key + "'"));
   }
   CHECK(server.request_count() == bodies.size());  // none retried
+}
+
+TEST_CASE("fuzz regression: a 416 to a request without a Range is an error, not an empty value", "[http][regression]") {
+  http::Response r;
+  r.status = 416;
+  CHECK_THROWS_AS(http::take_value("k", "http://h/k", ByteRange::all(), r), StoreError);
+  CHECK(http::take_value("k", "http://h/k", ByteRange::from(10, 5), r) == Bytes{});
 }
