@@ -12,6 +12,7 @@ packages=(
   liburing-dev libcli11-dev libblosc-dev liblz4-dev libssl-dev
   python3-zarr python3-numcodecs python3-numpy python3-fsspec python3-aiohttp python3-requests
   curl wrk nginx-light
+  clang libclang-rt-14-dev  # the libFuzzer targets (tests/fuzz): clang 14, libFuzzer, ASan/UBSan runtimes
 )
 # Node.js may come from elsewhere (its own npm included): check the commands.
 command -v node >/dev/null || packages+=(nodejs)

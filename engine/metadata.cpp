@@ -324,9 +324,11 @@ FillValue parse_fill_value(const json& j, DataType dtype, const std::string& key
           std::copy(fv.begin(), fv.end(), out.begin() + static_cast<std::ptrdiff_t>(f.offset + i * f.type.size()));
         }
       }
-      for (const auto& [name, v] : j.items())
+      for (const auto& item : j.items()) {
+        const std::string& name = item.key();  // not a structured binding: clang 14 cannot capture those
         if (std::none_of(dtype.fields().begin(), dtype.fields().end(), [&](const StructField& f) { return f.name == name; }))
           bad(key, "fill_value", "'" + name + "' is not a field of the struct");
+      }
       break;
     }
   }
