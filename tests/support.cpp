@@ -1,5 +1,7 @@
 #include "support.hpp"
 
+#include <stdlib.h>
+
 #include <fstream>
 #include <iterator>
 #include <cstdlib>
@@ -30,6 +32,17 @@ double time_scale() {
     return double{ZARRCORO_TEST_TIME_SCALE};
   }();
   return scale;
+}
+
+TempDir::TempDir(const std::string& tag) {
+  std::string tmpl = (std::filesystem::temp_directory_path() / ("zarrcoro-" + tag + "-XXXXXX")).string();
+  if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("cannot create a directory " + tmpl);
+  path = tmpl;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
 }
 
 Bytes read_file(const std::filesystem::path& p) {

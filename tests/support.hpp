@@ -25,6 +25,16 @@ std::optional<std::filesystem::path> shared_dir();
   }                                                                                   \
   const std::filesystem::path var = *var##_opt
 
+// A fresh directory under $TMPDIR ("zarrcoro-<tag>-XXXXXX"), removed with
+// its contents on destruction.
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const std::string& tag = "test");
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+};
+
 Bytes read_file(const std::filesystem::path& p);
 // "01 0a ff" or "010aff" -> bytes.
 Bytes hex(const std::string& text);

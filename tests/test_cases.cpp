@@ -310,6 +310,12 @@ TEST_CASE("hostile metadata: typed errors naming the field, never a JSON library
   put("dtype_len", replaced("\"data_type\":\"uint8\"",
                             "\"data_type\":{\"name\":\"fixed_length_utf32\",\"configuration\":{\"length_bytes\":399999996}}"));
   CHECK(open_error("dtype_len") == std::pair<Errc, std::string>{Errc::invalid_metadata, "data_type.configuration.length_bytes"});
+  // A 25-byte v2 dtype declaring a 400 MB element: refused before any allocation.
+  const std::string zarray = R"({"zarr_format":2,"shape":[4],"chunks":[2],"dtype":"<U99999999","compressor":null,
+    "fill_value":null,"order":"C","filters":null})";
+  Bytes zb(reinterpret_cast<const std::byte*>(zarray.data()), reinterpret_cast<const std::byte*>(zarray.data()) + zarray.size());
+  boost::asio::co_spawn(rt.io_executor(), store->set("v2u/.zarray", std::move(zb)), boost::asio::use_future).get();
+  CHECK(open_error("v2u") == std::pair<Errc, std::string>{Errc::invalid_metadata, "dtype"});
 
   // Attributes nested deeper than kMaxJsonDepth: refused, no stack overflow.
   for (std::size_t depth : {std::size_t{10000}, std::size_t{1000000}}) {

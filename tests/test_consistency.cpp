@@ -35,16 +35,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "zarrcoro-consistency-XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
-
 json sharded(std::vector<std::uint64_t> inner, bool zstd) {
   json inner_codecs = json::array({{{"name", "bytes"}, {"configuration", {{"endian", "little"}}}}});
   if (zstd) inner_codecs.push_back({{"name", "zstd"}, {"configuration", {{"level", 1}}}});
@@ -88,7 +78,7 @@ TEST_CASE("stale shard index: a shard rewritten through another store object or 
           "[consistency][regression]") {
   const int mode = GENERATE(0, 1);  // 0: another store object, same runtime; 1: another runtime
   INFO((mode == 0 ? "another FilesystemStore object" : "another Runtime"));
-  TempDir dir;
+  test::TempDir dir("consistency");
   Runtime rt({.codec_threads = 2});
   auto store = std::make_shared<FilesystemStore>(rt.io_executor(), dir.path);
   // Uncompressed inner chunks: a stale index would silently decode other bytes.
@@ -168,7 +158,7 @@ TEST_CASE("partial shard reads racing shard rewrites never return wrong data", "
   const bool zstd = GENERATE(false, true);
   INFO((store_kind == 0 ? "memory" : store_kind == 1 ? "filesystem, blocking pool" : "filesystem, io_uring")
        << (zstd ? ", zstd inner chunks" : ", uncompressed inner chunks"));
-  TempDir dir;
+  test::TempDir dir("consistency");
   // 64 coroutines on a runtime of 16 threads (8 I/O, 8 codec).
   Runtime rt({.io_threads = store_kind == 2 ? 1u : 8u, .codec_threads = 8});
   std::shared_ptr<Store> store;
@@ -191,7 +181,7 @@ TEST_CASE("two processes x 1000 partial writes into one shard and into one chunk
           "[consistency][regression]") {
   const bool shard = GENERATE(true, false);
   INFO((shard ? "one shard (100-element inner chunks, zstd)" : "one chunk"));
-  TempDir dir;
+  test::TempDir dir("consistency");
   {
     Runtime rt({.codec_threads = 1});
     auto store = std::make_shared<FilesystemStore>(rt.io_executor(), dir.path);
@@ -212,7 +202,7 @@ TEST_CASE("two processes x 1000 partial writes into one shard and into one chunk
 
 TEST_CASE("a writer killed while holding the filesystem write lock does not block later writers",
           "[consistency][regression]") {
-  TempDir dir;
+  test::TempDir dir("consistency");
   fs::create_directories(dir.path / "d");
   int ready[2];
   REQUIRE(::pipe(ready) == 0);

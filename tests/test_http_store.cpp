@@ -51,19 +51,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "zarrcoro-http-XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
 void spit(const fs::path& p, const std::string& text) {
   fs::create_directories(p.parent_path());
   std::ofstream(p, std::ios::binary) << text;
@@ -122,7 +109,7 @@ int run_program(const std::vector<std::string>& argv) {
 // nginx in the foreground (one process) serving <dir>/www on a plain and a
 // TLS port of 127.0.0.1, directories answering 404 (try_files).
 struct Nginx {
-  TempDir dir;
+  test::TempDir dir{"http"};
   fs::path www = dir.path / "www";
   std::uint16_t port = 0, tls_port = 0;
   pid_t pid = -1;
@@ -384,7 +371,7 @@ TEST_CASE("HttpStore over nginx: values, ranges, keep-alive, read-only errors", 
 // The project's example server (examples/server), in process on its own
 // io_context thread, serving a temp dir.
 struct ExampleServer {
-  TempDir dir;
+  test::TempDir dir{"http"};
   boost::asio::io_context io;
   std::unique_ptr<Runtime> rt;
   std::unique_ptr<server::Server> srv;

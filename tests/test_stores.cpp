@@ -34,20 +34,6 @@ using Strings = std::vector<std::string>;
 
 namespace {
 
-// A fresh directory under $TMPDIR, removed with its contents on destruction.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "zarrcoro-stores-XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
 bool io_uring_works() {
   io_uring ring;
   if (io_uring_queue_init(4, &ring, 0) != 0) return false;
@@ -98,12 +84,12 @@ TEST_CASE("conformance: MemoryStore", "[stores][memory]") {
 }
 
 TEST_CASE("conformance: FilesystemStore (io_uring)", "[stores][filesystem]") {
-  TempDir tmp;
+  test::TempDir tmp("stores");
   test::run_store_conformance("filesystem io_uring", filesystem_factory(tmp.path / "store", kUring));
 }
 
 TEST_CASE("conformance: FilesystemStore (blocking fallback pool)", "[stores][filesystem]") {
-  TempDir tmp;
+  test::TempDir tmp("stores");
   test::run_store_conformance("filesystem fallback",
                               filesystem_factory(tmp.path / "store", kFallback));
 }
@@ -144,7 +130,7 @@ TEST_CASE("MemoryStore: a get returns a copy the store does not share", "[stores
 
 TEST_CASE("FilesystemStore: io_uring is used exactly when the kernel allows it",
           "[stores][filesystem]") {
-  TempDir tmp;
+  test::TempDir tmp("stores");
   boost::asio::io_context io;
   FilesystemStore uring(io.get_executor(), tmp.path, kUring);
   FilesystemStore fallback(io.get_executor(), tmp.path, kFallback);
@@ -155,7 +141,7 @@ TEST_CASE("FilesystemStore: io_uring is used exactly when the kernel allows it",
 }
 
 TEST_CASE("FilesystemStore: root and url", "[stores][filesystem]") {
-  TempDir tmp;
+  test::TempDir tmp("stores");
   boost::asio::io_context io;
   FilesystemStore store(io.get_executor(), tmp.path / "x" / ".." / "root/", kUring);
   const fs::path canon = fs::canonical(tmp.path) / "root";
@@ -167,7 +153,7 @@ TEST_CASE("FilesystemStore: root and url", "[stores][filesystem]") {
 TEST_CASE("FilesystemStore: layout and atomic replace and errors", "[stores][filesystem]") {
   const bool uring = GENERATE(true, false);
   INFO((uring ? "io_uring" : "fallback"));
-  TempDir tmp;
+  test::TempDir tmp("stores");
   const fs::path root = tmp.path / "root";
   auto make = filesystem_factory(root, uring ? kUring : kFallback);
   StoreHarness h(make);
@@ -328,7 +314,7 @@ TEST_CASE("FilesystemStore: layout and atomic replace and errors", "[stores][fil
 
 TEST_CASE("FilesystemStore: falls back at runtime when io_uring_setup is refused",
           "[stores][filesystem]") {
-  TempDir tmp;
+  test::TempDir tmp("stores");
   // seccomp filters cannot be removed, so the refusal runs in a child process.
   const pid_t pid = ::fork();
   REQUIRE(pid >= 0);
