@@ -726,11 +726,15 @@ class WriteOp final : public ChunkOp {
   // read-modify-write: it stores only if the chunk still has the generation
   // it was read at; when another writer (another runtime or process; this
   // runtime's writers wait on the key lock) replaced it in between, it reads
-  // the chunk again, merges again on the pool and retries.
+  // the chunk again, merges again on the pool and retries. Every failed
+  // attempt means another writer made progress, so the retries go on while
+  // that lasts, bounded by RuntimeOptions::write_conflict_timeout: a writer
+  // that keeps losing to a faster one completes once that one pauses.
   asio::awaitable<void> finish(std::size_t i) override {
     auto& t = tasks_[i];
     if (!t.locked) co_return;  // its fetch failed
     try {
+      const auto give_up = std::chrono::steady_clock::now() + st_->rt->options().write_conflict_timeout;
       for (unsigned attempt = 1; !t.error; ++attempt) {
         std::optional<Bytes> value;
         if (!t.erase) value = std::move(t.encoded);
@@ -738,10 +742,10 @@ class WriteOp final : public ChunkOp {
         const auto stored = co_await put(t.key, std::move(value), if_equal);
         if (st_->shard) engine_.shard_indexes.invalidate(st_->store.get(), t.key);
         if (stored) break;
-        if (attempt == kWriteAttempts)
+        if (std::chrono::steady_clock::now() >= give_up)
           throw StoreError(t.key, "generation",
-                           "other writers replaced the chunk during each of " + std::to_string(kWriteAttempts) +
-                               " attempts to update it");
+                           "other writers replaced the chunk during each of " + std::to_string(attempt) +
+                               " attempts to update it (write_conflict_timeout)");
         co_await backoff(attempt);
         co_await read_existing(t);
         co_await run_task(t);  // merge again
@@ -754,14 +758,12 @@ class WriteOp final : public ChunkOp {
     unlock(t);
   }
 
-  static constexpr unsigned kWriteAttempts = 64;
-
   // A random wait before retrying a conflicting write, growing with the
-  // attempt (up to ~20 ms), so that contending writers spread out instead
+  // attempt (up to ~50 ms), so that contending writers spread out instead
   // of colliding again in lockstep.
   asio::awaitable<void> backoff(unsigned attempt) {
     thread_local std::minstd_rand rng{std::random_device{}()};
-    const std::uint64_t cap_us = std::uint64_t{50} << std::min(attempt, 9u);
+    const std::uint64_t cap_us = std::uint64_t{50} << std::min(attempt, 10u);
     asio::steady_timer timer(strand_, std::chrono::microseconds(rng() % (cap_us + 1)));
     co_await timer.async_wait(use_awaitable);
   }

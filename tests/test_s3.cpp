@@ -640,15 +640,23 @@ TEST_CASE("Array over S3: two runtimes writing one shard lose no update; a rewri
   const Array a2 = Array::open_blocking(rt2, s2, "shard");
   // Runtime 1 caches the (empty) shard's state; runtime 2 writes.
   CHECK(a1.read_blocking(Region::parse("0:2", m.shape)).as<std::int32_t>()[0] == 0);
-  auto writer = [](Array a, std::uint64_t first) {
-    for (std::uint64_t i = first; i < 400; i += 2) {
-      const auto v = static_cast<std::int32_t>(i + 1);
-      a.write_blocking(Region{{i}, {i + 1}}, std::as_bytes(std::span(&v, 1)));
+  // Each thread reports its error instead of terminating the process.
+  auto writer = [](Array a, std::uint64_t first, std::string* error) {
+    try {
+      for (std::uint64_t i = first; i < 400; i += 2) {
+        const auto v = static_cast<std::int32_t>(i + 1);
+        a.write_blocking(Region{{i}, {i + 1}}, std::as_bytes(std::span(&v, 1)));
+      }
+    } catch (const std::exception& e) {
+      *error = e.what();
     }
   };
-  std::thread t1(writer, a1, 0), t2(writer, a2, 1);
+  std::string e1, e2;
+  std::thread t1(writer, a1, 0, &e1), t2(writer, a2, 1, &e2);
   t1.join();
   t2.join();
+  CHECK(e1 == "");
+  CHECK(e2 == "");
   std::vector<std::int32_t> want(400);
   std::iota(want.begin(), want.end(), 1);
   for (const Array* a : {&a1, &a2}) {

@@ -10,8 +10,10 @@
 // store that versions values (memory, filesystem, S3; see store.hpp):
 //  - no update is lost: a write that covers part of a chunk (or of a shard)
 //    reads it with its generation and stores conditionally, re-reading and
-//    merging again when someone replaced it in between (up to 64 times,
-//    then StoreError with field "generation");
+//    merging again when someone replaced it in between, with random growing
+//    waits; while others keep winning it retries up to
+//    RuntimeOptions::write_conflict_timeout, then raises StoreError with
+//    field "generation";
 //  - a reader sees each chunk, and each inner chunk of a shard, either
 //    before or after any concurrent write, never a mix: a partial shard
 //    read takes the index and the inner chunks from one version of the

@@ -58,6 +58,12 @@ struct RuntimeOptions {
   // UnsupportedError naming chunk_grid, so that a few bytes of metadata
   // cannot make a read allocate without bound.
   std::uint64_t max_chunk_bytes = std::uint64_t{1} << 30;
+  // A partial chunk or shard write is a conditional read-modify-write that
+  // retries while other writers (other runtimes, processes or machines)
+  // keep replacing the chunk; after this long it raises StoreError naming
+  // the key and field "generation". The value the write would have stored
+  // is then not stored; what the other writers stored stays.
+  std::chrono::milliseconds write_conflict_timeout{60000};
   Dispatch dispatch = Dispatch::batched;
   std::chrono::microseconds lag_probe_interval{5000};  // 0 disables the loop-lag probe
 };
