@@ -1,8 +1,11 @@
 #include <zarrcoro/store/filesystem.hpp>
 
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -86,33 +89,69 @@ constexpr auto kLockWait = std::chrono::seconds(30);
 
 class DirLock {
  public:
-  DirLock(const std::string& key, const fs::path& dir) {
-    fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd_ < 0 && errno != ENOENT) fail(key, "cannot open " + in_quotes(dir), errno);
-    if (fd_ < 0) return;  // no directory: nothing to lock, the check sees no value
+  DirLock(const std::string& key, int dir_fd) : fd_(dir_fd) {
     const auto deadline = std::chrono::steady_clock::now() + kLockWait;
     auto pause = std::chrono::microseconds(20);
     while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
       const int err = errno;
-      if (err != EWOULDBLOCK && err != EINTR) {
-        ::close(fd_);
-        fail(key, "cannot lock " + in_quotes(dir), err);
-      }
-      if (std::chrono::steady_clock::now() > deadline) {
-        ::close(fd_);
-        throw StoreError(key, "", "timed out waiting for the write lock on " + in_quotes(dir));
-      }
+      if (err != EWOULDBLOCK && err != EINTR) fail(key, "cannot lock the key's directory", err);
+      if (std::chrono::steady_clock::now() > deadline)
+        throw StoreError(key, "", "timed out waiting for the write lock on the key's directory");
       std::this_thread::sleep_for(pause);
       pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(5));
     }
   }
-  ~DirLock() { close_fd(fd_); }
+  ~DirLock() { ::flock(fd_, LOCK_UN); }
   DirLock(const DirLock&) = delete;
   DirLock& operator=(const DirLock&) = delete;
 
  private:
-  int fd_ = -1;
+  int fd_;
 };
+
+// Closes a descriptor at scope exit.
+struct FdGuard {
+  int fd;
+  ~FdGuard() { close_fd(fd); }
+};
+
+// "a/c/0" -> {"a/c", "0"}; "zarr.json" -> {"", "zarr.json"}.
+std::pair<std::string, std::string> split_key(const std::string& key) {
+  const auto slash = key.rfind('/');
+  if (slash == std::string::npos) return {"", key};
+  return {key.substr(0, slash), key.substr(slash + 1)};
+}
+
+// Opens `path` beneath `dir` with one openat(O_NOFOLLOW) per component: the
+// portable form of openat2(RESOLVE_BENEATH) for kernels without it. A
+// symlink met on the way fails with ELOOP.
+int open_by_components(int dir, const std::string& path, int flags, mode_t mode) {
+  int owned = -1;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t slash = path.find('/', start);
+    const std::string part = path.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
+    const bool last = slash == std::string::npos;
+    const int fd = last ? ::openat(dir, part.c_str(), flags | O_NOFOLLOW | O_CLOEXEC, mode)
+                        : ::openat(dir, part.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int err = errno;
+    struct stat st {};
+    if (fd >= 0 && last && (flags & O_PATH) && ::fstat(fd, &st) == 0 && S_ISLNK(st.st_mode)) {
+      ::close(fd);
+      err = ELOOP;  // O_PATH | O_NOFOLLOW opens the link itself
+    } else if (fd < 0 && err == ENOTDIR && ::fstatat(dir, part.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+               S_ISLNK(st.st_mode)) {
+      err = ELOOP;
+    }
+    close_fd(owned);
+    if (last || fd < 0) {
+      errno = err;
+      return fd >= 0 && err != ELOOP ? fd : -1;
+    }
+    owned = dir = fd;
+    start = slash + 1;
+  }
+}
 
 // Wraps `fd` in an io_uring file, or returns nullopt (with `why`) if io_uring
 // cannot be set up; `fd` is then still owned by the caller.
@@ -145,17 +184,19 @@ std::atomic<bool> warned{false};
 
 }  // namespace
 
-// A temporary file being written; removed on destruction unless committed.
+// A temporary file being written beside its key; removed on destruction
+// unless committed.
 struct FilesystemStore::Temp {
-  std::string path;
-  int fd = -1;
+  std::string key, name, temp_name;
+  int dir_fd = -1, fd = -1;
   bool committed = false;
-  Temp(std::string p, int f) : path(std::move(p)), fd(f) {}
+  explicit Temp(const std::string& k) : key(k), name(split_key(k).second) {}
   Temp(const Temp&) = delete;
   Temp& operator=(const Temp&) = delete;
   ~Temp() {
     close_fd(fd);
-    if (!committed) ::unlink(path.c_str());
+    if (!committed && !temp_name.empty()) ::unlinkat(dir_fd, temp_name.c_str(), 0);
+    close_fd(dir_fd);
   }
 };
 
@@ -168,17 +209,23 @@ FilesystemStore::FilesystemStore(asio::any_io_executor io, fs::path root, Filesy
     : io_(std::move(io)),
       threads_(std::max(1u, opts.fallback_threads)),
       stale_temp_age_(opts.stale_temp_age),
+      durable_(opts.durable),
+      openat2_(opts.use_openat2),
       uring_(opts.use_io_uring),
       pool_(threads_) {
   std::error_code ec;
   root_ = fs::weakly_canonical(fs::absolute(root, ec), ec);
   if (ec) throw StoreError("", "root", "cannot resolve " + in_quotes(root) + ": " + ec.message());
   if (root_.filename().empty()) root_ = root_.parent_path();  // drop a trailing '/'
+  root_fd(false);
   if (uring_)
     if (auto why = probe_uring(io_)) disable_uring(why->c_str());
 }
 
-FilesystemStore::~FilesystemStore() { pool_.join(); }
+FilesystemStore::~FilesystemStore() {
+  pool_.join();
+  close_fd(root_fd_.load());
+}
 
 void FilesystemStore::disable_uring(const char* why) {
   uring_ = false;
@@ -189,6 +236,84 @@ void FilesystemStore::disable_uring(const char* why) {
 }
 
 std::string FilesystemStore::url() const { return "file://" + root_.string(); }
+
+// The root directory's descriptor, opened once; -1 (errno ENOENT) while the
+// root does not exist, unless `create` makes it.
+int FilesystemStore::root_fd(bool create) const {
+  int fd = root_fd_.load(std::memory_order_acquire);
+  if (fd >= 0) return fd;
+  fd = ::open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0 && errno == ENOENT && create) {
+    std::error_code ec;
+    fs::create_directories(root_, ec);
+    if (ec) throw StoreError("", "root", "cannot create " + in_quotes(root_) + ": " + ec.message());
+    fd = ::open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  }
+  if (fd < 0) {
+    if (errno == ENOENT) return -1;
+    fail("", "cannot open the store root " + in_quotes(root_), errno);
+  }
+  int none = -1;
+  if (!root_fd_.compare_exchange_strong(none, fd, std::memory_order_acq_rel)) {
+    ::close(fd);  // another thread opened it first
+    return none;
+  }
+  return fd;
+}
+
+// Opens the relative `path` beneath the root in the kernel; -1 with errno
+// on failure (ENOENT also while the root does not exist). EXDEV or ELOOP: a
+// symlink on the way (leaving the root, or any, per-component).
+int FilesystemStore::open_at(const std::string& path, int flags, mode_t mode) const {
+  const int root = root_fd(false);
+  if (root < 0) {
+    errno = ENOENT;
+    return -1;
+  }
+  if (openat2_.load(std::memory_order_relaxed)) {
+    open_how how{};
+    how.flags = static_cast<std::uint64_t>(flags | O_CLOEXEC);
+    how.mode = (flags & O_CREAT) ? mode : 0;
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+    const long fd = ::syscall(SYS_openat2, root, path.c_str(), &how, sizeof how);
+    if (fd >= 0 || errno != ENOSYS) return static_cast<int>(fd);
+    openat2_ = false;  // kernel before 5.6
+  }
+  return open_by_components(root, path, flags, mode);
+}
+
+// open_at, following symlinks that stay inside the root: a path with a
+// symlink the kernel would not follow beneath the root (an absolute one, or
+// any on the per-component path) is resolved in user space and opened
+// without symlinks. StoreError if it leaves the root.
+int FilesystemStore::open_beneath(const std::string& key, const std::string& path, int flags, mode_t mode) const {
+  int fd = open_at(path, flags, mode);
+  if (fd >= 0 || (errno != EXDEV && errno != ELOOP)) return fd;
+  const fs::path real = resolve(path.empty() ? key : path);
+  fd = open_at(real.lexically_relative(root_).string(), flags, mode);
+  if (fd < 0 && (errno == EXDEV || errno == ELOOP))
+    throw StoreError(key, "", "refusing to follow a symlink out of the store root " + in_quotes(root_));
+  return fd;
+}
+
+// Opens directory `dir` ("" is the root) for the *at calls of a write;
+// `create` makes it (and the root) when missing. -1 with errno when it
+// does not exist and `create` is false.
+int FilesystemStore::open_dir(const std::string& key, const std::string& dir, bool create) const {
+  const std::string path = dir.empty() ? "." : dir;
+  if (create) root_fd(true);
+  int fd = open_beneath(key, path, O_RDONLY | O_DIRECTORY);
+  if (fd < 0 && errno == ENOENT && create) {
+    std::error_code ec;
+    const fs::path real = dir.empty() ? root_ : resolve(dir);
+    fs::create_directories(real, ec);
+    if (ec) throw StoreError(key, "", "cannot create directory " + in_quotes(real) + ": " + ec.message());
+    fd = open_beneath(key, path, O_RDONLY | O_DIRECTORY);
+  }
+  if (fd < 0 && (create || (errno != ENOENT && errno != ENOTDIR)))
+    fail(key, "cannot open directory " + in_quotes(root_ / dir), errno);
+  return fd;
+}
 
 // root/key with symlinks resolved; StoreError if that leaves the root.
 fs::path FilesystemStore::resolve(const std::string& key) const {
@@ -202,19 +327,18 @@ fs::path FilesystemStore::resolve(const std::string& key) const {
 
 // Opens the regular file at `key` for reading; returns -1 if there is none.
 // `generation` is taken from the open file, so it describes the bytes read.
+// The descriptor is O_NONBLOCK (so that a FIFO cannot block the open).
 int FilesystemStore::open_for_read(const std::string& key, std::uint64_t& size, Generation& generation) const {
-  const fs::path p = resolve(key);
-  // O_NONBLOCK so that a FIFO cannot block the open; cleared below.
-  const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  const int fd = open_beneath(key, key, O_RDONLY | O_NONBLOCK);
   if (fd < 0) {
     if (errno == ENOENT || errno == ENOTDIR) return -1;
-    fail(key, "cannot open " + in_quotes(p), errno);
+    fail(key, "cannot open " + in_quotes(root_ / key), errno);
   }
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const int err = errno;
     ::close(fd);
-    fail(key, "cannot stat " + in_quotes(p), err);
+    fail(key, "cannot stat " + in_quotes(root_ / key), err);
   }
   if (S_ISDIR(st.st_mode)) {
     ::close(fd);
@@ -222,20 +346,24 @@ int FilesystemStore::open_for_read(const std::string& key, std::uint64_t& size, 
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw StoreError(key, "", in_quotes(p) + " is not a regular file");
+    throw StoreError(key, "", in_quotes(root_ / key) + " is not a regular file");
   }
-  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   size = static_cast<std::uint64_t>(st.st_size);
   generation = generation_of(st);
   return fd;
 }
 
-// The generation of the value at `target` now (absent() if no regular file).
-Generation FilesystemStore::current_generation(const std::string& key, const fs::path& target) const {
+// The generation of the value at `key` now (absent() if no regular file).
+Generation FilesystemStore::current_generation(const std::string& key) const {
+  const int fd = open_beneath(key, key, O_PATH);
+  if (fd < 0) {
+    if (errno == ENOENT || errno == ENOTDIR) return Generation::absent();
+    fail(key, "cannot open " + in_quotes(root_ / key), errno);
+  }
+  FdGuard guard{fd};
   struct stat st {};
-  if (::stat(target.c_str(), &st) == 0) return S_ISREG(st.st_mode) ? generation_of(st) : Generation::absent();
-  if (errno == ENOENT || errno == ENOTDIR) return Generation::absent();
-  fail(key, "cannot stat " + in_quotes(target), errno);
+  if (::fstat(fd, &st) != 0) fail(key, "cannot stat " + in_quotes(root_ / key), errno);
+  return S_ISREG(st.st_mode) ? generation_of(st) : Generation::absent();
 }
 
 // Opens `key` for a read; -1 when there is nothing to read: no value
@@ -252,112 +380,157 @@ int FilesystemStore::open_checked(const std::string& key, const ReadOptions& opt
   return fd;
 }
 
+namespace {
+
+// Reads [begin + done, begin + out.size()) of `fd` into `out` from `done`
+// on. `nowait`: only what the page cache holds (preadv2 RWF_NOWAIT), so the
+// calling I/O thread never waits for the disk. Returns false at end of
+// file; errno-style failure as -1 in `err`.
+bool read_into(int fd, Bytes& out, std::uint64_t begin, std::size_t& done, bool nowait, int& err) {
+  err = 0;
+  while (done < out.size()) {
+    iovec iov{out.data() + done, out.size() - done};
+    const ssize_t n = nowait ? ::preadv2(fd, &iov, 1, static_cast<off_t>(begin + done), RWF_NOWAIT)
+                             : ::pread(fd, iov.iov_base, iov.iov_len, static_cast<off_t>(begin + done));
+    if (n > 0) {
+      done += static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n == 0) return false;  // end of file: a writer bypassing the store shrank it
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN && !nowait) {  // O_NONBLOCK mattered (a FUSE file, say)
+      ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+      continue;
+    }
+    err = errno;
+    return true;
+  }
+  return true;
+}
+
+}  // namespace
+
 ReadResult FilesystemStore::read_now(const std::string& key, const ReadOptions& options) const {
   ReadResult result;
   std::uint64_t size = 0;
   const int fd = open_checked(key, options, size, result);
   if (fd < 0) return result;
+  FdGuard guard{fd};
   const ByteExtent e = clip(options.range, size);
   Bytes out(e.size());
   std::size_t done = 0;
-  while (done < out.size()) {
-    const ssize_t n = ::pread(fd, out.data() + done, out.size() - done, e.begin + done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      fail(key, "cannot read " + in_quotes(root_ / key), err);
-    }
-    if (n == 0) break;  // the file shrank: a writer bypassed the store
-    done += static_cast<std::size_t>(n);
-  }
-  ::close(fd);
+  int err = 0;
+  read_into(fd, out, e.begin, done, false, err);
+  if (err) fail(key, "cannot read " + in_quotes(root_ / key), err);
   out.resize(done);
   result.value = std::move(out);
   return result;
 }
 
-FilesystemStore::Temp FilesystemStore::create_temp(const std::string& key,
-                                                   const fs::path& target) const {
-  const fs::path dir = target.parent_path();
-  const std::string name = target.filename().string();
+// Creates the temporary file of `temp.key` (and its directory if needed).
+void FilesystemStore::create_temp(Temp& temp) const {
+  const std::string& key = temp.key;
+  const std::string dir = split_key(key).first;
   for (int attempt = 0;; ++attempt) {
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) throw StoreError(key, "", "cannot create directory " + in_quotes(dir) + ": " + ec.message());
-    std::string path = (dir / temp_name(name)).string();
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd >= 0) return Temp(std::move(path), fd);
+    if (temp.dir_fd < 0) temp.dir_fd = open_dir(key, dir, true);
+    temp.temp_name = temp_name(temp.name);
+    temp.fd = ::openat(temp.dir_fd, temp.temp_name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (temp.fd >= 0) return;
+    const int err = errno;
+    temp.temp_name.clear();
     // EEXIST: a name clash; ENOENT: a concurrent erase pruned the directory.
-    if ((errno == EEXIST || errno == ENOENT) && attempt < 16) continue;
-    fail(key, "cannot create a temporary file in " + in_quotes(dir), errno);
+    if (err == ENOENT) close_fd(std::exchange(temp.dir_fd, -1));
+    if ((err == EEXIST || err == ENOENT) && attempt < 16) continue;
+    fail(key, "cannot create a temporary file in " + in_quotes(root_ / dir), err);
   }
 }
 
-// Renames the written temporary file over `target` if the value there has
+// Renames the written temporary file over its key if the value there has
 // generation `if_equal` (when known); returns the new value's generation, or
 // nullopt (the temporary file is then removed) when the condition failed.
-std::optional<Generation> FilesystemStore::commit(const std::string& key, Temp& temp, const fs::path& target,
-                                                  const Generation& if_equal) const {
+std::optional<Generation> FilesystemStore::commit(Temp& temp, const Generation& if_equal) const {
+  const std::string& key = temp.key;
+  const std::string where = in_quotes(root_ / key);
   struct stat st {};
-  if (temp.fd >= 0) {
-    const int fd = std::exchange(temp.fd, -1);
-    const bool stat_ok = ::fstat(fd, &st) == 0;
-    if (::close(fd) != 0 || !stat_ok) fail(key, "cannot write " + in_quotes(temp.path), errno);
-  } else if (::stat(temp.path.c_str(), &st) != 0) {
-    fail(key, "cannot stat " + in_quotes(temp.path), errno);
-  }
+  const int fd = std::exchange(temp.fd, -1);
+  const bool ok = ::fstat(fd, &st) == 0 && (!durable_ || ::fdatasync(fd) == 0);
+  const int err = errno;
+  if (::close(fd) != 0 || !ok) fail(key, "cannot write a temporary file for " + where, ok ? errno : err);
   std::optional<DirLock> lock;
   if (!if_equal.unknown()) {
-    lock.emplace(key, target.parent_path());
-    if (current_generation(key, target) != if_equal) return std::nullopt;
+    lock.emplace(key, temp.dir_fd);
+    if (current_generation(key) != if_equal) return std::nullopt;
   }
-  if (::rename(temp.path.c_str(), target.c_str()) != 0)
-    fail(key, "cannot replace " + in_quotes(target), errno);
+  if (::renameat(temp.dir_fd, temp.temp_name.c_str(), temp.dir_fd, temp.name.c_str()) != 0)
+    fail(key, "cannot replace " + where, errno);
   temp.committed = true;
+  if (durable_ && ::fsync(temp.dir_fd) != 0) fail(key, "cannot sync the directory of " + where, errno);
   return generation_of(st);  // rename keeps the inode and the times
 }
 
+namespace {
+
+// Writes all of `value` at offset `done` on of `fd`; `nowait`: only while the
+// kernel need not wait (pwritev2 RWF_NOWAIT). errno-style failure in `err`.
+void write_from(int fd, const Bytes& value, std::size_t& done, bool nowait, int& err) {
+  err = 0;
+  while (done < value.size()) {
+    iovec iov{const_cast<std::byte*>(value.data() + done), value.size() - done};
+    const ssize_t n = nowait ? ::pwritev2(fd, &iov, 1, static_cast<off_t>(done), RWF_NOWAIT)
+                             : ::pwrite(fd, iov.iov_base, iov.iov_len, static_cast<off_t>(done));
+    if (n > 0) {
+      done += static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    err = n < 0 ? errno : EIO;
+    return;
+  }
+}
+
+}  // namespace
+
 std::optional<Generation> FilesystemStore::write_now(const std::string& key, const Bytes& value,
                                                      const Generation& if_equal) const {
-  const fs::path target = resolve(key);
-  Temp temp = create_temp(key, target);
+  Temp temp(key);
+  create_temp(temp);
   std::size_t done = 0;
-  while (done < value.size()) {
-    const ssize_t n = ::pwrite(temp.fd, value.data() + done, value.size() - done, done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) fail(key, "cannot write " + in_quotes(temp.path), n < 0 ? errno : EIO);
-    done += static_cast<std::size_t>(n);
-  }
-  return commit(key, temp, target, if_equal);
+  int err = 0;
+  write_from(temp.fd, value, done, false, err);
+  if (err) fail(key, "cannot write a temporary file for " + in_quotes(root_ / key), err);
+  return commit(temp, if_equal);
 }
 
 bool FilesystemStore::erase_now(const std::string& key, const Generation& if_equal) const {
-  // Resolve only the parent: a symlink at the key itself is removed, not followed.
-  const fs::path lexical = root_ / key;
-  const std::string parent_key = fs::path(key).parent_path().string();
-  if (!parent_key.empty()) resolve(parent_key);
+  const auto [dir, name] = split_key(key);
+  const int dir_fd = open_dir(key, dir, false);
+  if (dir_fd < 0) return if_equal.unknown() || if_equal.is_absent();  // no directory, no value
   {
+    FdGuard guard{dir_fd};
     std::optional<DirLock> lock;
     if (!if_equal.unknown()) {
-      lock.emplace(key, lexical.parent_path());
-      if (current_generation(key, lexical) != if_equal) return false;
+      lock.emplace(key, dir_fd);
+      if (current_generation(key) != if_equal) return false;
     }
-    if (::unlink(lexical.c_str()) != 0 && errno != ENOENT && errno != ENOTDIR && errno != EISDIR)
-      fail(key, "cannot remove " + in_quotes(lexical), errno);
+    // A symlink at the key is removed, not followed.
+    if (::unlinkat(dir_fd, name.c_str(), 0) != 0 && errno != ENOENT && errno != ENOTDIR && errno != EISDIR)
+      fail(key, "cannot remove " + in_quotes(root_ / key), errno);
+    if (durable_ && ::fsync(dir_fd) != 0) fail(key, "cannot sync the directory of " + in_quotes(root_ / key), errno);
   }
-  for (fs::path dir = lexical.parent_path(); dir != root_ && within(root_, dir);
-       dir = dir.parent_path())
-    if (::rmdir(dir.c_str()) != 0) break;  // not empty (or already gone): stop
+  // Prune the directories the erase left empty, up to, not including, the root.
+  for (std::string d = dir; !d.empty();) {
+    const auto [parent, base] = split_key(d);
+    const int parent_fd = open_dir(key, parent, false);
+    if (parent_fd < 0) break;
+    FdGuard guard{parent_fd};
+    if (::unlinkat(parent_fd, base.c_str(), AT_REMOVEDIR) != 0) break;  // not empty (or gone): stop
+    d = parent;
+  }
   return true;
 }
 
 bool FilesystemStore::exists_now(const std::string& key) const {
-  const fs::path p = resolve(key);
-  struct stat st {};
-  if (::stat(p.c_str(), &st) == 0) return S_ISREG(st.st_mode);
-  if (errno == ENOENT || errno == ENOTDIR) return false;
-  fail(key, "cannot stat " + in_quotes(p), errno);
+  return !current_generation(key).is_absent();
 }
 
 // A temporary file is stale when nothing has written it for stale_temp_age:
@@ -413,6 +586,9 @@ std::vector<std::string> FilesystemStore::list_now(const std::string& prefix) co
   return keys;
 }
 
+// With io_uring, on the calling (I/O) thread: the open and what the page
+// cache holds are short system calls; only a read that would wait for the
+// disk goes through io_uring.
 awaitable<ReadResult> FilesystemStore::read(std::string key, ReadOptions options) {
   validate_key(key);
   if (uses_io_uring()) {
@@ -420,11 +596,21 @@ awaitable<ReadResult> FilesystemStore::read(std::string key, ReadOptions options
     std::uint64_t size = 0;
     const int fd = open_checked(key, options, size, result);
     if (fd < 0) co_return result;
+    const ByteExtent e = clip(options.range, size);
+    Bytes out(e.size());
+    std::size_t done = 0;
+    int err = 0;
+    const bool more = read_into(fd, out, e.begin, done, true, err);
+    if (!more || done == out.size() || (err && err != EAGAIN && err != EOPNOTSUPP)) {
+      close_fd(fd);
+      if (err && more) fail(key, "cannot read " + in_quotes(root_ / key), err);
+      out.resize(done);
+      result.value = std::move(out);
+      co_return result;
+    }
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);  // io_uring would fail EAGAIN
     std::string why;
     if (auto file = wrap(io_, fd, why)) {
-      const ByteExtent e = clip(options.range, size);
-      Bytes out(e.size());
-      std::size_t done = 0;
       while (done < out.size()) {
         boost::system::error_code ec;
         const std::size_t n = co_await file->async_read_some_at(
@@ -445,13 +631,17 @@ awaitable<ReadResult> FilesystemStore::read(std::string key, ReadOptions options
   co_return co_await offload(std::move(job));
 }
 
+// With io_uring: the temporary file is created on the calling thread and
+// written directly while the kernel need not wait, else through io_uring; an
+// unconditional, non-durable commit (a rename) follows on the calling
+// thread. Conditional commits (which may wait for the directory lock),
+// durable ones (which flush) and every blocking fallback run on the pool.
 awaitable<std::optional<Generation>> FilesystemStore::write(std::string key, std::optional<Bytes> value,
                                                             WriteOptions options) {
   validate_key(key);
+  const bool inline_commit = options.if_equal.unknown() && !durable_;
   if (!value) {
-    // An unconditional erase is a few short system calls; a conditional one
-    // may wait for the directory lock: on the pool.
-    if (uses_io_uring() && options.if_equal.unknown()) {
+    if (uses_io_uring() && inline_commit) {
       erase_now(key, {});
       co_return Generation::absent();
     }
@@ -460,30 +650,36 @@ awaitable<std::optional<Generation>> FilesystemStore::write(std::string key, std
     co_return Generation::absent();
   }
   if (uses_io_uring()) {
-    const fs::path target = resolve(key);
-    Temp temp = create_temp(key, target);
+    Temp temp(key);
+  create_temp(temp);
+    const Bytes& bytes = *value;
+    std::size_t done = 0;
+    int err = 0;
+    write_from(temp.fd, bytes, done, true, err);
+    if (err && err != EAGAIN && err != EOPNOTSUPP)
+      fail(key, "cannot write a temporary file for " + in_quotes(root_ / key), err);
     std::string why;
-    if (auto file = wrap(io_, temp.fd, why)) {
-      temp.fd = -1;  // owned by `file` now
-      const Bytes& bytes = *value;
-      std::size_t done = 0;
-      while (done < bytes.size()) {
+    if (done < bytes.size()) {
+      auto file = wrap(io_, temp.fd, why);
+      if (!file) {
+        disable_uring(why.c_str());
+        write_from(temp.fd, bytes, done, false, err);  // this once, inline
+        if (err) fail(key, "cannot write a temporary file for " + in_quotes(root_ / key), err);
+      }
+      while (file && done < bytes.size()) {
         boost::system::error_code ec;
         const std::size_t n = co_await file->async_write_some_at(
             done, asio::buffer(bytes.data() + done, bytes.size() - done),
             asio::redirect_error(asio::use_awaitable, ec));
         done += n;
         if (!ec && n == 0) ec = asio::error::make_error_code(asio::error::broken_pipe);
-        if (ec) throw StoreError(key, "", "cannot write " + in_quotes(temp.path) + ": " + ec.message());
+        if (ec) throw StoreError(key, "", "cannot write a temporary file for " + in_quotes(root_ / key) + ": " + ec.message());
       }
-      boost::system::error_code ec;
-      file->close(ec);
-      if (ec) throw StoreError(key, "", "cannot write " + in_quotes(temp.path) + ": " + ec.message());
-      if (options.if_equal.unknown()) co_return commit(key, temp, target, {});
-      auto job = [this, &key, &temp, &target, &options] { return commit(key, temp, target, options.if_equal); };
-      co_return co_await offload(std::move(job));
+      if (file) temp.fd = file->release();
     }
-    disable_uring(why.c_str());
+    if (inline_commit) co_return commit(temp, {});
+    auto job = [this, &temp, &options] { return commit(temp, options.if_equal); };
+    co_return co_await offload(std::move(job));
   }
   auto job = std::bind_front(&FilesystemStore::write_now, this, std::move(key), std::move(*value),
                              std::move(options.if_equal));

@@ -1,31 +1,41 @@
 // A Store over a directory tree: key "a/c/0/1" is the file <root>/a/c/0/1.
 //
 // Thread-safety: every method may be called concurrently from any thread and
-// any executor; the store keeps no mutable state besides the io_uring flag.
-// Concurrent writers of one key race (last rename wins) but never tear a
-// value. Destroy the store only after its operations have completed.
+// any executor; the store keeps no mutable state besides two flags and the
+// root's descriptor. Concurrent writers of one key race (last rename wins)
+// but never tear a value. Destroy the store only after its operations have
+// completed.
 //
-// I/O: reads and writes of file contents are io_uring operations
-// (asio::random_access_file) on the io executor; opening, renaming and
-// unlinking are short system calls on the calling thread. Directory walks
-// (list) run on a small owned thread pool so the io thread never blocks on a
-// large tree. If io_uring is unavailable (or disabled by the options), every
-// operation runs as blocking I/O on that pool instead; the caller's executor
-// is never blocked and resumes when the work completes.
+// I/O: the root directory is opened once, and every key is opened beneath
+// it by the kernel: openat2(2) with RESOLVE_BENEATH, or, where the kernel
+// lacks it, one openat(O_NOFOLLOW) per path component. A read of a small
+// file costs open, fstat, one read and close; a read of a missing key one
+// failed open. Page-cached file contents are read at once (preadv2 with
+// RWF_NOWAIT); the rest moves through io_uring (asio::random_access_file) on
+// the io executor. Opening, renaming and unlinking are short system calls
+// on the calling thread. Directory walks (list) run on a small owned thread
+// pool so the io thread never blocks on a large tree. If io_uring is
+// unavailable (or disabled by the options), every operation runs as
+// blocking I/O on that pool instead; the caller's executor is never blocked
+// and resumes when the work completes.
 //
 // Layout: values are plain files; writes go to a hidden temporary file
 // ".<name>.tmp.<16 hex digits>" in the target directory which is then renamed
-// over the target, so readers see the old or the new value, never a mix.
-// Files of that pattern are never read or listed; one that a killed writer
-// left behind is removed by the next list() that walks its directory once it
-// is older than FilesystemOptions::stale_temp_age (a live writer holds its
-// temporary file for the duration of one write). Writes are not fsync'ed:
-// atomic against concurrent readers, not durable across a power loss.
+// over the target, so readers see the old or the new value, never a mix, and
+// a crash leaves the old or the new value, never a torn one. Files of that
+// pattern are never read or listed; one that a killed writer left behind is
+// removed by the next list() that walks its directory once it is older than
+// FilesystemOptions::stale_temp_age. By default writes are not fsync'ed
+// (atomic, not durable across a power loss); FilesystemOptions::durable adds
+// fdatasync of the file before the rename and fsync of its directory after
+// it (and after an erase).
 //
-// Keys are validated with validate_key (InvalidArgument). A key whose path
-// resolves, through a symlink, outside the root is refused with StoreError;
-// symlinks that stay inside the root are followed (list does not descend
-// into symlinked directories).
+// Keys are validated lexically with validate_key (InvalidArgument) before
+// any system call. Symlinks that stay inside the root are followed (also
+// absolute ones, resolved in user space then); a key whose path leaves the
+// root through a symlink is refused with StoreError. A write to a key that
+// is a symlink replaces the link, like an erase removes it (as zarr-python
+// and TensorStore do). list() does not descend into symlinked directories.
 #pragma once
 
 #include <atomic>
@@ -46,6 +56,12 @@ struct FilesystemOptions {
   // list() removes temporary files whose last write is older than this
   // (left by a writer that was killed); zero keeps them.
   std::chrono::seconds stale_temp_age{3600};
+  // true: a write survives a power loss once it returned (fdatasync of the
+  // file, fsync of the directory); costs a disk flush per write.
+  bool durable = false;
+  // false: resolve keys with per-component openat(O_NOFOLLOW), as on kernels
+  // without openat2(2) (also used automatically there). For tests.
+  bool use_openat2 = true;
 };
 
 class FilesystemStore : public Store {
@@ -97,14 +113,17 @@ class FilesystemStore : public Store {
 
  private:
   struct Temp;
+  int root_fd(bool create) const;
+  int open_at(const std::string& path, int flags, mode_t mode = 0) const;
+  int open_beneath(const std::string& key, const std::string& path, int flags, mode_t mode = 0) const;
+  int open_dir(const std::string& key, const std::string& dir, bool create) const;
   std::filesystem::path resolve(const std::string& key) const;
   int open_for_read(const std::string& key, std::uint64_t& size, Generation& generation) const;
   int open_checked(const std::string& key, const ReadOptions& options, std::uint64_t& size,
                    ReadResult& result) const;
-  Generation current_generation(const std::string& key, const std::filesystem::path& target) const;
-  Temp create_temp(const std::string& key, const std::filesystem::path& target) const;
-  std::optional<Generation> commit(const std::string& key, Temp& temp, const std::filesystem::path& target,
-                                   const Generation& if_equal) const;
+  Generation current_generation(const std::string& key) const;
+  void create_temp(Temp& temp) const;
+  std::optional<Generation> commit(Temp& temp, const Generation& if_equal) const;
   ReadResult read_now(const std::string& key, const ReadOptions& options) const;
   std::optional<Generation> write_now(const std::string& key, const Bytes& value, const Generation& if_equal) const;
   bool erase_now(const std::string& key, const Generation& if_equal) const;
@@ -119,6 +138,9 @@ class FilesystemStore : public Store {
   std::filesystem::path root_;
   unsigned threads_;
   std::chrono::seconds stale_temp_age_;
+  bool durable_;
+  mutable std::atomic<bool> openat2_;
+  mutable std::atomic<int> root_fd_{-1};
   std::atomic<bool> uring_;
   boost::asio::thread_pool pool_;
 };
