@@ -655,9 +655,11 @@ awaitable<std::optional<Generation>> FilesystemStore::write(std::string key, std
     const Bytes& bytes = *value;
     std::size_t done = 0;
     int err = 0;
-    write_from(temp.fd, bytes, done, true, err);
-    if (err && err != EAGAIN && err != EOPNOTSUPP)
-      fail(key, "cannot write a temporary file for " + in_quotes(root_ / key), err);
+    if (nowait_writes_.load(std::memory_order_relaxed)) {
+      write_from(temp.fd, bytes, done, true, err);
+      if (err == EOPNOTSUPP) nowait_writes_ = false;  // the file system cannot say (ext4 buffered writes)
+      else if (err && err != EAGAIN) fail(key, "cannot write a temporary file for " + in_quotes(root_ / key), err);
+    }
     std::string why;
     if (done < bytes.size()) {
       auto file = wrap(io_, temp.fd, why);

@@ -11,8 +11,10 @@
 // lacks it, one openat(O_NOFOLLOW) per path component. A read of a small
 // file costs open, fstat, one read and close; a read of a missing key one
 // failed open. Page-cached file contents are read at once (preadv2 with
-// RWF_NOWAIT); the rest moves through io_uring (asio::random_access_file) on
-// the io executor. Opening, renaming and unlinking are short system calls
+// RWF_NOWAIT), and written at once where the file system can tell it need
+// not wait (pwritev2 with RWF_NOWAIT; ext4 cannot); the rest moves through
+// io_uring (asio::random_access_file) on the io executor, whose kernel
+// workers take it off the I/O thread. Opening, renaming and unlinking are short system calls
 // on the calling thread. Directory walks (list) run on a small owned thread
 // pool so the io thread never blocks on a large tree. If io_uring is
 // unavailable (or disabled by the options), every operation runs as
@@ -141,6 +143,7 @@ class FilesystemStore : public Store {
   bool durable_;
   mutable std::atomic<bool> openat2_;
   mutable std::atomic<int> root_fd_{-1};
+  std::atomic<bool> nowait_writes_{true};  // pwritev2(RWF_NOWAIT) is worth trying
   std::atomic<bool> uring_;
   boost::asio::thread_pool pool_;
 };
