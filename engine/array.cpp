@@ -4,6 +4,7 @@
 #include <zarrcoro/array.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <charconv>
 #include <random>
 
@@ -168,12 +169,23 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
     auto self = shared_from_this();
     remaining_ = parts_.size();
     const std::size_t budget = st_->chunk_bytes() * budget_factor();
+    auto slice_start = std::chrono::steady_clock::now();
     for (std::size_t i = 0; i < parts_.size(); ++i) {
       if (!engine_.bytes.try_acquire(budget)) {
         spawner_idle_ = true;
         maybe_flush();
         co_await engine_.bytes.acquire(budget);
         spawner_idle_ = false;
+      }
+      if (fetched_now(i)) {
+        pending_.push_back(i);
+        maybe_flush();
+        // Let other handlers run after each slice of synchronous fetches.
+        if (i % 16 == 15 && std::chrono::steady_clock::now() - slice_start > kSyncSlice) {
+          co_await asio::post(strand_, use_awaitable);
+          slice_start = std::chrono::steady_clock::now();
+        }
+        continue;
       }
       ++active_;
       asio::co_spawn(strand_, flow(self, i), [](std::exception_ptr e) {
@@ -190,6 +202,9 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
   // Per-chunk stages, implemented by reads and writes.
   virtual asio::awaitable<void> fetch(std::size_t i) = 0;  // on strand
   virtual detail::ChunkTask& task(std::size_t i) = 0;
+  // Fetches chunk i at once, without a coroutine, when the store can answer
+  // without waiting (Store::try_read_now); false: run fetch(i) instead.
+  virtual bool fetch_now(std::size_t) { return false; }
   virtual bool has_finish() const { return false; }
   virtual asio::awaitable<void> finish(std::size_t i) { co_return; }  // on strand, after codec work
   virtual std::size_t budget_factor() const { return 1; }
@@ -266,6 +281,20 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
   std::vector<ChunkPart> parts_;
 
  private:
+  // How long run() fetches synchronously before letting the io_context run
+  // other handlers.
+  static constexpr std::chrono::microseconds kSyncSlice{200};
+
+  // fetch_now, with a failure recorded on the task like a failed fetch.
+  bool fetched_now(std::size_t i) {
+    try {
+      return fetch_now(i);
+    } catch (...) {
+      task(i).error = std::current_exception();  // skipped by the scheduler
+      return true;
+    }
+  }
+
   // One chunk: fetch, then wait for the batch, then finish.
   static asio::awaitable<void> flow(std::shared_ptr<ChunkOp> self, std::size_t i) {
     try {
@@ -386,9 +415,24 @@ class ReadOp final : public ChunkOp {
     if (st_->shard && !p.whole_chunk && co_await fetch_inner_chunks(i)) co_return;
     Generation unconditional;  // named: g++ 12 and temporaries beside co_await
     auto got = co_await read(st_->chunk_key(p.coords), ByteRange::all(), std::move(unconditional));
-    auto v = std::move(got.value);
+    fetched(i, std::move(got.value));
+  }
+
+  bool fetch_now(std::size_t i) override {
+    const auto& p = parts_[i];
+    if (st_->shard && !p.whole_chunk) return false;
+    const ReadOptions whole{};
+    auto got = st_->store->try_read_now(st_->chunk_key(p.coords), whole);
+    if (!got) return false;
+    fetched(i, std::move(got->value));
+    return true;
+  }
+
+  // Chunk i's stored value (nullopt: absent, reads as fill_value) is in.
+  void fetched(std::size_t i, std::optional<Bytes> v) {
+    auto& t = tasks_[i];
     std::uint64_t n = st_->meta.data_type.size();
-    for (auto s : p.shape) n *= s;
+    for (auto s : parts_[i].shape) n *= s;
     t.bytes = v ? std::max<std::uint64_t>(n, st_->chunk_bytes()) : n;
     t.computes = v && !st_->pipeline->is_trivial();
     t.encoded = std::move(v);

@@ -29,7 +29,14 @@ struct Scheduler::PoolJob {
   std::vector<Item> items;
   std::vector<std::atomic<std::size_t>> left;  // per batch: tasks not yet run
   std::atomic<std::size_t> next{0}, done{0};
+  std::size_t bytes = 0;  // decoded bytes of all its tasks
 };
+
+namespace {
+// A job fans out to one pool thread per this many decoded bytes: waking a
+// thread costs microseconds, more than a few KiB of trivial work.
+constexpr std::size_t kFanoutBytes = std::size_t{64} << 10;
+}  // namespace
 
 Scheduler::Scheduler(boost::asio::any_io_executor io, boost::asio::thread_pool& pool,
                      unsigned pool_threads, const RuntimeOptions& options,
@@ -112,6 +119,7 @@ void Scheduler::flush() {
     for (std::size_t b = 0; b < job->batches.size(); ++b) {
       auto& batch = *job->batches[b];
       job->left[b].store(batch.tasks.size(), std::memory_order_relaxed);
+      job->bytes += batch.bytes();
       for (auto* t : batch.tasks) job->items.push_back({t, b});
     }
     post_job(std::move(job));
@@ -135,7 +143,8 @@ void Scheduler::post_job(std::shared_ptr<PoolJob> job) {
   counters_.queue_depth.fetch_add(1, std::memory_order_relaxed);
   boost::asio::post(pool_, [this, job = std::move(job)] {
     // Fan out: let idle pool threads help with the rest of this job.
-    const std::size_t helpers = std::min<std::size_t>(job->items.size(), pool_threads_) - 1;
+    const std::size_t helpers =
+        std::min<std::size_t>({job->items.size(), pool_threads_, job->bytes / kFanoutBytes + 1}) - 1;
     for (std::size_t i = 0; i < helpers; ++i) {
       counters_.fanout_posts.fetch_add(1, std::memory_order_relaxed);
       boost::asio::post(pool_, [this, job] { run_job(job); });

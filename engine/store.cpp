@@ -42,6 +42,8 @@ awaitable<ReadResult> Store::read(std::string key, ReadOptions options) {
   co_return r;
 }
 
+std::optional<ReadResult> Store::try_read_now(const std::string&, const ReadOptions&) { return std::nullopt; }
+
 awaitable<std::optional<Generation>> Store::write(std::string key, std::optional<Bytes> value,
                                                   WriteOptions options) {
   if (!options.if_equal.unknown())

@@ -77,7 +77,7 @@ struct Options {
   unsigned codec_threads = 0;  // 0 = hardware threads
   unsigned lag_probe_us = 1000;
   std::string json_path;
-  bool big = false, big_only = false, skip_overhead = false;
+  bool big = false, big_only = false, skip_overhead = false, overhead_only = false;
   std::string cache_dir;
 };
 
@@ -832,7 +832,7 @@ int run(const Options& opt) {
   std::vector<Result> rows;
   std::optional<TempDir> temp;
   std::vector<Dataset> datasets;
-  if (!opt.big_only) {
+  if (!opt.big_only && !opt.overhead_only) {
     if (!opt.array_path.empty()) {
       datasets.push_back(load_dataset(opt.array_path, opt.array_path));
     } else {
@@ -1001,6 +1001,7 @@ int main(int argc, char** argv) {
   app.add_flag("--big", opt.big, "Also read a 1 GiB zstd array whole into one buffer (generated once, cached)");
   app.add_flag("--big-only", opt.big_only, "Run only the --big test");
   app.add_flag("--skip-overhead", opt.skip_overhead, "Skip the tiny-chunk dispatch overhead test");
+  app.add_flag("--overhead-only", opt.overhead_only, "Run only the tiny-chunk dispatch overhead test");
   bool no_io_uring = false;
   app.add_flag("--no-io-uring", no_io_uring, "FilesystemStore: blocking reads on its own threads instead of io_uring");
   app.add_option("--cache-dir", opt.cache_dir, "Where --big keeps its array (default: <tmp>/zarrcoro-perf-cache)");

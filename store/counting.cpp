@@ -21,16 +21,38 @@ awaitable<std::optional<Bytes>> CountingStore::get(std::string key, ByteRange ra
 }
 
 awaitable<ReadResult> CountingStore::read(std::string key, ReadOptions options) {
-  ++gets_;
-  {
-    std::lock_guard lock(log_mu_);
-    log_.emplace_back(key, options.range);
-  }
+  count_get(key, options.range);
   auto r = co_await inner_->read(std::move(key), std::move(options));
+  count_result(r);
+  co_return r;
+}
+
+// Counted only when the inner store answered (else the caller reads).
+std::optional<ReadResult> CountingStore::try_read_now(const std::string& key, const ReadOptions& options) {
+  std::optional<ReadResult> r;
+  try {
+    r = inner_->try_read_now(key, options);
+  } catch (...) {
+    count_get(key, options.range);
+    throw;
+  }
+  if (r) {
+    count_get(key, options.range);
+    count_result(*r);
+  }
+  return r;
+}
+
+void CountingStore::count_get(const std::string& key, const ByteRange& range) {
+  ++gets_;
+  std::lock_guard lock(log_mu_);
+  log_.emplace_back(key, range);
+}
+
+void CountingStore::count_result(const ReadResult& r) {
   if (r.value) get_bytes_ += r.value->size();
   else if (r.changed) ++conflicts_;
   else ++get_misses_;
-  co_return r;
 }
 
 awaitable<std::optional<Generation>> CountingStore::write(std::string key, std::optional<Bytes> value,

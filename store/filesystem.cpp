@@ -48,6 +48,7 @@ bool within(const fs::path& root, const fs::path& p) {
 }
 
 constexpr std::string_view kTempTag = ".tmp.";
+constexpr std::uint64_t kReadNowBytes = std::uint64_t{256} << 10;
 constexpr std::size_t kTempHex = 16;
 
 bool is_temp_name(std::string_view name) {
@@ -586,10 +587,35 @@ std::vector<std::string> FilesystemStore::list_now(const std::string& prefix) co
   return keys;
 }
 
-// With io_uring, on the calling (I/O) thread: the open and what the page
-// cache holds are short system calls; only a read that would wait for the
-// disk goes through io_uring.
+// With io_uring, on the calling thread: the open and what the page cache
+// holds are short system calls (open, fstat, preadv2 RWF_NOWAIT, close), up
+// to kReadNowBytes: the kernel's copy of a larger value runs on io_uring's
+// workers, off the I/O thread.
+std::optional<ReadResult> FilesystemStore::try_read_now(const std::string& key, const ReadOptions& options) {
+  if (!uses_io_uring()) return std::nullopt;  // every operation goes to the pool
+  validate_key(key);
+  ReadResult result;
+  std::uint64_t size = 0;
+  const int fd = open_checked(key, options, size, result);
+  if (fd < 0) return result;
+  FdGuard guard{fd};
+  const ByteExtent e = clip(options.range, size);
+  if (e.size() > kReadNowBytes) return std::nullopt;
+  Bytes out(e.size());
+  std::size_t done = 0;
+  int err = 0;
+  if (read_into(fd, out, e.begin, done, true, err) && done < out.size()) {
+    if (err == EAGAIN || err == EOPNOTSUPP) return std::nullopt;  // not all in the page cache
+    fail(key, "cannot read " + in_quotes(root_ / key), err);
+  }
+  out.resize(done);
+  result.value = std::move(out);
+  return result;
+}
+
+// With io_uring: try_read_now, else the read goes through io_uring.
 awaitable<ReadResult> FilesystemStore::read(std::string key, ReadOptions options) {
+  if (auto now = try_read_now(key, options)) co_return std::move(*now);
   validate_key(key);
   if (uses_io_uring()) {
     ReadResult result;
@@ -599,15 +625,6 @@ awaitable<ReadResult> FilesystemStore::read(std::string key, ReadOptions options
     const ByteExtent e = clip(options.range, size);
     Bytes out(e.size());
     std::size_t done = 0;
-    int err = 0;
-    const bool more = read_into(fd, out, e.begin, done, true, err);
-    if (!more || done == out.size() || (err && err != EAGAIN && err != EOPNOTSUPP)) {
-      close_fd(fd);
-      if (err && more) fail(key, "cannot read " + in_quotes(root_ / key), err);
-      out.resize(done);
-      result.value = std::move(out);
-      co_return result;
-    }
     ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);  // io_uring would fail EAGAIN
     std::string why;
     if (auto file = wrap(io_, fd, why)) {

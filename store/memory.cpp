@@ -25,6 +25,10 @@ Generation MemoryStore::generation_of(const Entry* e) {
 }
 
 awaitable<ReadResult> MemoryStore::read(std::string key, ReadOptions options) {
+  co_return *try_read_now(key, options);
+}
+
+std::optional<ReadResult> MemoryStore::try_read_now(const std::string& key, const ReadOptions& options) {
   validate_key(key);
   ReadResult r;
   std::shared_ptr<const Bytes> value;
@@ -35,7 +39,7 @@ awaitable<ReadResult> MemoryStore::read(std::string key, ReadOptions options) {
     r.generation = generation_of(e);
     if (!options.if_equal.unknown() && options.if_equal != r.generation) {
       r.changed = true;
-      co_return r;
+      return r;
     }
     if (e) value = e->bytes;
   }
@@ -43,7 +47,7 @@ awaitable<ReadResult> MemoryStore::read(std::string key, ReadOptions options) {
     const ByteExtent e = clip(options.range, value->size());
     r.value = Bytes(value->begin() + e.begin, value->begin() + e.end);
   }
-  co_return r;
+  return r;
 }
 
 awaitable<std::optional<Generation>> MemoryStore::write(std::string key, std::optional<Bytes> value,

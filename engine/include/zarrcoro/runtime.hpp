@@ -48,7 +48,7 @@ struct RuntimeOptions {
   // operations than that complete at once.
   std::size_t max_inflight_requests = 64;
   std::size_t max_inflight_bytes = std::size_t{256} << 20;  // decoded-chunk memory budget
-  std::size_t batch_chunks = 16;                       // chunks per pool submission
+  std::size_t batch_chunks = 64;                       // chunks per pool submission
   std::size_t batch_bytes = std::size_t{64} << 20;     // decoded bytes per pool submission
   std::size_t inline_bytes = std::size_t{256} << 10;   // trivial batches up to this run inline
   std::size_t coalesce_gap = std::size_t{1} << 20;     // shard reads: merge byte ranges closer than this

@@ -138,6 +138,13 @@ class Store {
   virtual awaitable<std::optional<Generation>> write(std::string key, std::optional<Bytes> value,
                                                      WriteOptions options);
 
+  // The same read answered at once on the calling thread, when the store can
+  // do so without waiting (a value in memory, a file in the page cache), or
+  // nullopt when it cannot: then call read(). It never waits on a network
+  // and never for long on a disk. Lets the engine fetch many small chunks
+  // without a coroutine per chunk. Same errors as read. Default: nullopt.
+  virtual std::optional<ReadResult> try_read_now(const std::string& key, const ReadOptions& options);
+
   // False if a conditional erase is not atomic here (S3 servers ignore
   // If-Match on DeleteObject; S3Store checks, then deletes). The engine then
   // stores an all-fill chunk conditionally instead of erasing one.

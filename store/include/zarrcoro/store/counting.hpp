@@ -48,6 +48,7 @@ class CountingStore : public Store {
   awaitable<bool> exists(std::string key) override;
   awaitable<std::vector<std::string>> list(std::string prefix) override;
   awaitable<ReadResult> read(std::string key, ReadOptions options) override;
+  std::optional<ReadResult> try_read_now(const std::string& key, const ReadOptions& options) override;
   awaitable<std::optional<Generation>> write(std::string key, std::optional<Bytes> value,
                                              WriteOptions options) override;
   // "counting+<inner url>"
@@ -63,6 +64,9 @@ class CountingStore : public Store {
   const std::shared_ptr<Store>& inner() const { return inner_; }
 
  private:
+  void count_get(const std::string& key, const ByteRange& range);
+  void count_result(const ReadResult& r);
+
   std::shared_ptr<Store> inner_;
   std::atomic<std::uint64_t> gets_{0}, get_bytes_{0}, get_misses_{0}, sets_{0}, set_bytes_{0},
       erases_{0}, exists_{0}, lists_{0}, conflicts_{0};

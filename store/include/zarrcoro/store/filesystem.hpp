@@ -10,8 +10,8 @@
 // it by the kernel: openat2(2) with RESOLVE_BENEATH, or, where the kernel
 // lacks it, one openat(O_NOFOLLOW) per path component. A read of a small
 // file costs open, fstat, one read and close; a read of a missing key one
-// failed open. Page-cached file contents are read at once (preadv2 with
-// RWF_NOWAIT), and written at once where the file system can tell it need
+// failed open. Page-cached file contents up to 256 KiB are read at once
+// (preadv2 with RWF_NOWAIT), and written at once where the file system can tell it need
 // not wait (pwritev2 with RWF_NOWAIT; ext4 cannot); the rest moves through
 // io_uring (asio::random_access_file) on the io executor, whose kernel
 // workers take it off the I/O thread. Opening, renaming and unlinking are short system calls
@@ -104,6 +104,10 @@ class FilesystemStore : public Store {
   // waits more than 30 s for it fails with StoreError. Unconditional
   // writes take no lock (last rename wins).
   awaitable<ReadResult> read(std::string key, ReadOptions options) override;
+  // With io_uring: opens the file and answers if the range is at most
+  // 256 KiB and in the page cache (preadv2 RWF_NOWAIT); else, and on the
+  // blocking fallback pool, nullopt.
+  std::optional<ReadResult> try_read_now(const std::string& key, const ReadOptions& options) override;
   awaitable<std::optional<Generation>> write(std::string key, std::optional<Bytes> value,
                                              WriteOptions options) override;
 

@@ -34,6 +34,8 @@ class MemoryStore : public Store {
   awaitable<std::vector<std::string>> list(std::string prefix) override;
   // Versioned and conditional (compare-and-swap) forms; see Store.
   awaitable<ReadResult> read(std::string key, ReadOptions options) override;
+  // Always answers.
+  std::optional<ReadResult> try_read_now(const std::string& key, const ReadOptions& options) override;
   awaitable<std::optional<Generation>> write(std::string key, std::optional<Bytes> value,
                                              WriteOptions options) override;
   // "memory://"
