@@ -25,7 +25,7 @@ Generation MemoryStore::generation_of(const Entry* e) {
 }
 
 awaitable<ReadResult> MemoryStore::read(std::string key, ReadOptions options) {
-  co_return *try_read_now(key, options);
+  co_return *MemoryStore::try_read_now(key, options);  // not virtual: always answers
 }
 
 std::optional<ReadResult> MemoryStore::try_read_now(const std::string& key, const ReadOptions& options) {

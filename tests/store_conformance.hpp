@@ -385,6 +385,48 @@ inline void run_store_conformance(
     CHECK(h.read("k").generation == *g4);
   }
 
+  SECTION("try_read_now answers like read, or not at all") {
+    h.set("k", "hello");
+    h.set("d/e", "x");
+    const ReadResult whole = h.read("k");
+    auto now = [&](const std::string& key, Generation if_equal = {}, ByteRange r = {}) {
+      ReadOptions o;
+      o.range = r;
+      o.if_equal = std::move(if_equal);
+      return h.store->try_read_now(key, o);
+    };
+    if (auto r = now("k")) {
+      REQUIRE(r->value);
+      CHECK(*r->value == bytes_of("hello"));
+      CHECK(r->generation == whole.generation);
+      CHECK_FALSE(r->changed);
+    }
+    if (auto r = now("k", {}, ByteRange::from(1, 3))) {
+      REQUIRE(r->value);
+      CHECK(*r->value == bytes_of("ell"));
+    }
+    if (auto r = now("k", {}, ByteRange::last(2))) {
+      REQUIRE(r->value);
+      CHECK(*r->value == bytes_of("lo"));
+    }
+    if (auto r = now("nope")) {
+      CHECK_FALSE(r->value);
+      CHECK_FALSE(r->changed);
+    }
+    if (auto r = now("d")) CHECK_FALSE(r->value);  // a "directory" is no value
+    if (!whole.generation.unknown()) {
+      if (auto r = now("k", whole.generation)) {
+        CHECK_FALSE(r->changed);
+        CHECK(r->value);
+      }
+      if (auto r = now("k", Generation::absent())) {
+        CHECK(r->changed);
+        CHECK_FALSE(r->value);
+      }
+    }
+    if (now("k")) CHECK_THROWS_AS(now("../k"), InvalidArgument);  // a store that answers checks keys
+  }
+
   SECTION("versions: concurrent optimistic increments lose no update") {
     h.set("counter", "0");
     if (h.read("counter").generation.unknown()) return;
