@@ -411,7 +411,6 @@ class ReadOp final : public ChunkOp {
 
   asio::awaitable<void> fetch(std::size_t i) override {
     const auto& p = parts_[i];
-    auto& t = tasks_[i];
     if (st_->shard && !p.whole_chunk && co_await fetch_inner_chunks(i)) co_return;
     Generation unconditional;  // named: g++ 12 and temporaries beside co_await
     auto got = co_await read(st_->chunk_key(p.coords), ByteRange::all(), std::move(unconditional));

@@ -1,7 +1,15 @@
 // Runtime: the io_context, the codec pool, their threads, and the loop-lag probe.
 #include <zarrcoro/runtime.hpp>
 
+#include <pthread.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <latch>
+#include <memory>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -10,6 +18,8 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
+#include <boost/asio/post.hpp>
+#include <spdlog/spdlog.h>
 
 #include "engine/engine_state.hpp"
 
@@ -50,6 +60,7 @@ struct Runtime::Impl {
         engine(io->get_executor(), pool, threads, options,
                [io = io] { return io->get_executor().running_in_this_thread(); }),
         lag_timer(*io) {
+    setup_codec_threads();
     if (options.lag_probe_interval.count() > 0) {
       lag_samples.reserve(1 << 16);
       arm_lag_probe();
@@ -57,8 +68,31 @@ struct Runtime::Impl {
     if (owned_io) {
       guard.emplace(io->get_executor());
       for (unsigned i = 0; i < std::max(1u, options.io_threads); ++i)
-        io_threads.emplace_back([this] { io->run(); });
+        io_threads.emplace_back([this] {
+          ::pthread_setname_np(::pthread_self(), "zarrcoro-io");
+          io->run();
+        });
     }
+  }
+
+  // Names every pool thread "zarrcoro-codec" and lowers its priority by
+  // codec_nice. One blocking task per pool thread: each waits until all have
+  // started, so each lands on its own thread.
+  void setup_codec_threads() {
+    auto started = std::make_shared<std::latch>(threads);  // shared: a task may still be waking when we return
+    const int nice = options.codec_nice;
+    for (unsigned i = 0; i < threads; ++i)
+      asio::post(pool, [started, nice] {
+        ::pthread_setname_np(::pthread_self(), "zarrcoro-codec");
+        const auto tid = static_cast<id_t>(::gettid());
+        errno = 0;
+        const int current = nice > 0 ? ::getpriority(PRIO_PROCESS, tid) : 0;
+        if (nice > 0 && ((current == -1 && errno != 0) ||
+                         ::setpriority(PRIO_PROCESS, tid, std::min(19, current + nice)) != 0))
+          spdlog::warn("zarrcoro: cannot lower a codec thread's priority: {}", std::strerror(errno));
+        started->arrive_and_wait();
+      });
+    started->wait();
   }
 
   void arm_lag_probe() {

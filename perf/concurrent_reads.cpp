@@ -826,8 +826,9 @@ int run(const Options& opt) {
               threads, threads);
   std::printf("  MB = 10^6 bytes; loop lag = lateness of a %u us timer on the runtime's io_context\n",
               opt.lag_probe_us);
-  std::printf("  load average at start: %s; FilesystemStore reads via %s\n", load_average().c_str(),
-              g_fs_options.use_io_uring ? "io_uring on the I/O thread" : "its blocking fallback pool (--no-io-uring)");
+  std::printf("  load average at start: %s; FilesystemStore reads: %s\n", load_average().c_str(),
+              g_fs_options.use_io_uring ? "page-cached ones up to 256 KiB on the I/O thread, others on its pool"
+                                        : "all on its pool (--no-io-uring)");
 
   std::vector<Result> rows;
   std::optional<TempDir> temp;

@@ -589,8 +589,7 @@ std::vector<std::string> FilesystemStore::list_now(const std::string& prefix) co
 
 // With io_uring, on the calling thread: the open and what the page cache
 // holds are short system calls (open, fstat, preadv2 RWF_NOWAIT, close), up
-// to kReadNowBytes: the kernel's copy of a larger value runs on io_uring's
-// workers, off the I/O thread.
+// to kReadNowBytes.
 std::optional<ReadResult> FilesystemStore::try_read_now(const std::string& key, const ReadOptions& options) {
   if (!uses_io_uring()) return std::nullopt;  // every operation goes to the pool
   validate_key(key);
@@ -613,37 +612,13 @@ std::optional<ReadResult> FilesystemStore::try_read_now(const std::string& key, 
   return result;
 }
 
-// With io_uring: try_read_now, else the read goes through io_uring.
+// try_read_now, else a blocking read on the pool: a read that would wait
+// for the disk, or copy more than kReadNowBytes, never holds the calling
+// (I/O) thread. (io_uring would copy page-cached data inline, on the
+// submitting thread.)
 awaitable<ReadResult> FilesystemStore::read(std::string key, ReadOptions options) {
   if (auto now = try_read_now(key, options)) co_return std::move(*now);
   validate_key(key);
-  if (uses_io_uring()) {
-    ReadResult result;
-    std::uint64_t size = 0;
-    const int fd = open_checked(key, options, size, result);
-    if (fd < 0) co_return result;
-    const ByteExtent e = clip(options.range, size);
-    Bytes out(e.size());
-    std::size_t done = 0;
-    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);  // io_uring would fail EAGAIN
-    std::string why;
-    if (auto file = wrap(io_, fd, why)) {
-      while (done < out.size()) {
-        boost::system::error_code ec;
-        const std::size_t n = co_await file->async_read_some_at(
-            e.begin + done, asio::buffer(out.data() + done, out.size() - done),
-            asio::redirect_error(asio::use_awaitable, ec));
-        done += n;
-        if (ec == asio::error::eof) break;
-        if (ec) throw StoreError(key, "", "cannot read " + in_quotes(root_ / key) + ": " + ec.message());
-      }
-      out.resize(done);
-      result.value = std::move(out);
-      co_return result;
-    }
-    close_fd(fd);
-    disable_uring(why.c_str());
-  }
   auto job = std::bind_front(&FilesystemStore::read_now, this, std::move(key), std::move(options));
   co_return co_await offload(std::move(job));
 }

@@ -6,14 +6,10 @@
 // connections (useful with --listen 127.0.0.1:0). SIGINT or SIGTERM stops it
 // gracefully (see Server::shutdown); it then exits 0. A bad option or root
 // exits 2 with one line on stderr.
-#include <sys/resource.h>
-#include <unistd.h>
-
 #include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
-#include <latch>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -32,22 +28,6 @@
 
 namespace asio = boost::asio;
 using namespace zarrcoro;
-
-// Lowers the scheduling priority of every codec pool thread by `nice`, so
-// that decoding yields the CPU to the I/O loop: health checks and key GETs
-// stay responsive while slices saturate the cores. One blocking task per
-// thread: each waits until all have started, so each lands on its own thread.
-void lower_codec_priority(Runtime& rt, int nice) {
-  const unsigned n = rt.codec_threads();
-  auto started = std::make_shared<std::latch>(n);  // shared: a task may still be waking when we return
-  for (unsigned i = 0; i < n; ++i)
-    asio::post(rt.codec_executor(), [started, nice] {
-      if (::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), nice) != 0)
-        spdlog::warn("cannot lower a codec thread's priority: {}", std::strerror(errno));
-      started->arrive_and_wait();
-    });
-  started->wait();
-}
 
 int main(int argc, char** argv) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("zarrcoro-server"));
@@ -106,9 +86,9 @@ int main(int argc, char** argv) {
     // HTTP and the loop-lag probe share one loop, and codecs get their pool.
     asio::io_context io(static_cast<int>(io_threads));
     RuntimeOptions ro;
+    ro.codec_nice = codec_nice;
     ro.codec_threads = codec_threads;
     Runtime rt(io, ro);
-    if (codec_nice > 0) lower_codec_priority(rt, codec_nice);
     server::Server srv(rt, opt);
 
     asio::signal_set signals(io, SIGINT, SIGTERM);

@@ -43,6 +43,10 @@ enum class Dispatch : std::uint8_t {
 struct RuntimeOptions {
   unsigned io_threads = 1;     // threads running the owned io_context
   unsigned codec_threads = 0;  // codec pool size; 0 = std::thread::hardware_concurrency()
+  // Niceness added to every codec pool thread (Linux setpriority per
+  // thread), so that when decoding saturates the cores the kernel still runs
+  // the I/O threads at once: the loop stays responsive. 0 leaves them alone.
+  int codec_nice = 10;
   // Concurrent store requests (gets, sets, erases). Keep it at most 128 with
   // the filesystem store on io_uring: Boost 1.81 stalls when more file
   // operations than that complete at once.

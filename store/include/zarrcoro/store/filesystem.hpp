@@ -10,12 +10,15 @@
 // it by the kernel: openat2(2) with RESOLVE_BENEATH, or, where the kernel
 // lacks it, one openat(O_NOFOLLOW) per path component. A read of a small
 // file costs open, fstat, one read and close; a read of a missing key one
-// failed open. Page-cached file contents up to 256 KiB are read at once
-// (preadv2 with RWF_NOWAIT), and written at once where the file system can tell it need
-// not wait (pwritev2 with RWF_NOWAIT; ext4 cannot); the rest moves through
-// io_uring (asio::random_access_file) on the io executor, whose kernel
-// workers take it off the I/O thread. Opening, renaming and unlinking are short system calls
-// on the calling thread. Directory walks (list) run on a small owned thread
+// failed open. Reads of page-cached ranges up to 256 KiB run at once on the
+// calling thread (preadv2 with RWF_NOWAIT); larger ones, and ones that would
+// wait for the disk, run as blocking reads on the store's small thread
+// pool, so a disk wait or a large copy never holds an I/O thread. Writes
+// go to the file at once where the file system can tell it need not wait
+// (pwritev2 with RWF_NOWAIT; ext4 cannot), else through io_uring
+// (asio::random_access_file) on the io executor, whose kernel workers take
+// them off the I/O thread. Opening, renaming and unlinking are short system
+// calls on the calling thread. Directory walks (list) run on a small owned thread
 // pool so the io thread never blocks on a large tree. If io_uring is
 // unavailable (or disabled by the options), every operation runs as
 // blocking I/O on that pool instead; the caller's executor is never blocked
