@@ -170,6 +170,7 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
     remaining_ = parts_.size();
     const std::size_t budget = st_->chunk_bytes() * budget_factor();
     auto slice_start = std::chrono::steady_clock::now();
+    std::size_t fetched_at_once = 0;
     for (std::size_t i = 0; i < parts_.size(); ++i) {
       if (!engine_.bytes.try_acquire(budget)) {
         spawner_idle_ = true;
@@ -181,7 +182,7 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
         pending_.push_back(i);
         maybe_flush();
         // Let other handlers run after each slice of synchronous fetches.
-        if (i % 16 == 15 && std::chrono::steady_clock::now() - slice_start > kSyncSlice) {
+        if (++fetched_at_once % 16 == 0 && std::chrono::steady_clock::now() - slice_start > kSyncSlice) {
           co_await asio::post(strand_, use_awaitable);
           slice_start = std::chrono::steady_clock::now();
         }

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <latch>
@@ -87,9 +88,11 @@ struct Runtime::Impl {
         const auto tid = static_cast<id_t>(::gettid());
         errno = 0;
         const int current = nice > 0 ? ::getpriority(PRIO_PROCESS, tid) : 0;
+        static std::atomic<bool> warned{false};
         if (nice > 0 && ((current == -1 && errno != 0) ||
-                         ::setpriority(PRIO_PROCESS, tid, std::min(19, current + nice)) != 0))
-          spdlog::warn("zarrcoro: cannot lower a codec thread's priority: {}", std::strerror(errno));
+                         ::setpriority(PRIO_PROCESS, tid, std::min(19, current + nice)) != 0) &&
+            !warned.exchange(true))
+          spdlog::warn("zarrcoro: cannot lower the codec threads' priority: {}", std::strerror(errno));
         started->arrive_and_wait();
       });
     started->wait();

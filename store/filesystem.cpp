@@ -135,7 +135,7 @@ int open_by_components(int dir, const std::string& path, int flags, mode_t mode)
     const bool last = slash == std::string::npos;
     const int fd = last ? ::openat(dir, part.c_str(), flags | O_NOFOLLOW | O_CLOEXEC, mode)
                         : ::openat(dir, part.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    int err = errno;
+    int err = fd < 0 ? errno : 0;
     struct stat st {};
     if (fd >= 0 && last && (flags & O_PATH) && ::fstat(fd, &st) == 0 && S_ISLNK(st.st_mode)) {
       ::close(fd);
@@ -219,6 +219,7 @@ FilesystemStore::FilesystemStore(asio::any_io_executor io, fs::path root, Filesy
   if (ec) throw StoreError("", "root", "cannot resolve " + in_quotes(root) + ": " + ec.message());
   if (root_.filename().empty()) root_ = root_.parent_path();  // drop a trailing '/'
   root_fd(false);
+  if (openat2_ && !openat2_works()) openat2_ = false;  // an old kernel, or a seccomp filter refusing it
   if (uring_)
     if (auto why = probe_uring(io_)) disable_uring(why->c_str());
 }
@@ -237,6 +238,18 @@ void FilesystemStore::disable_uring(const char* why) {
 }
 
 std::string FilesystemStore::url() const { return "file://" + root_.string(); }
+
+// Whether openat2(2) can be used here: kernels before 5.6 lack it, and some
+// container seccomp profiles refuse it with EPERM.
+bool FilesystemStore::openat2_works() {
+  open_how how{};
+  how.flags = O_PATH | O_CLOEXEC;
+  how.resolve = RESOLVE_NO_MAGICLINKS;
+  const long fd = ::syscall(SYS_openat2, AT_FDCWD, ".", &how, sizeof how);
+  if (fd < 0) return false;
+  ::close(static_cast<int>(fd));
+  return true;
+}
 
 // The root directory's descriptor, opened once; -1 (errno ENOENT) while the
 // root does not exist, unless `create` makes it.
@@ -276,8 +289,13 @@ int FilesystemStore::open_at(const std::string& path, int flags, mode_t mode) co
     how.flags = static_cast<std::uint64_t>(flags | O_CLOEXEC);
     how.mode = (flags & O_CREAT) ? mode : 0;
     how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
-    const long fd = ::syscall(SYS_openat2, root, path.c_str(), &how, sizeof how);
-    if (fd >= 0 || errno != ENOSYS) return static_cast<int>(fd);
+    for (int attempt = 0;; ++attempt) {
+      const long fd = ::syscall(SYS_openat2, root, path.c_str(), &how, sizeof how);
+      // EAGAIN: a concurrent rename beneath the root; the kernel asks to retry.
+      if (fd < 0 && errno == EAGAIN && attempt < 16) continue;
+      if (fd >= 0 || errno != ENOSYS) return static_cast<int>(fd);
+      break;
+    }
     openat2_ = false;  // kernel before 5.6
   }
   return open_by_components(root, path, flags, mode);
@@ -310,6 +328,17 @@ int FilesystemStore::open_dir(const std::string& key, const std::string& dir, bo
     fs::create_directories(real, ec);
     if (ec) throw StoreError(key, "", "cannot create directory " + in_quotes(real) + ": " + ec.message());
     fd = open_beneath(key, path, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0 && durable_) {
+      // New directory entries survive a power loss only once their parents are flushed.
+      for (std::string d = dir;; d = split_key(d).first) {
+        const int sync_fd = d == dir ? fd : open_dir(key, d, false);
+        const bool ok = sync_fd >= 0 && ::fsync(sync_fd) == 0;
+        const int err = errno;
+        if (sync_fd != fd) close_fd(sync_fd);
+        if (!ok) fail(key, "cannot sync directory " + in_quotes(root_ / d), err);
+        if (d.empty()) break;
+      }
+    }
   }
   if (fd < 0 && (create || (errno != ENOENT && errno != ENOTDIR)))
     fail(key, "cannot open directory " + in_quotes(root_ / dir), errno);
@@ -354,17 +383,15 @@ int FilesystemStore::open_for_read(const std::string& key, std::uint64_t& size, 
   return fd;
 }
 
-// The generation of the value at `key` now (absent() if no regular file).
-Generation FilesystemStore::current_generation(const std::string& key) const {
-  const int fd = open_beneath(key, key, O_PATH);
-  if (fd < 0) {
-    if (errno == ENOENT || errno == ENOTDIR) return Generation::absent();
-    fail(key, "cannot open " + in_quotes(root_ / key), errno);
-  }
-  FdGuard guard{fd};
+// The generation of the value named `name` in the directory `dir_fd` now
+// (absent() if no regular file), for the compare of a conditional commit:
+// the same directory the lock and the rename use. A symlink there is
+// followed, as a read of the key does.
+Generation FilesystemStore::generation_at(const std::string& key, int dir_fd, const std::string& name) const {
   struct stat st {};
-  if (::fstat(fd, &st) != 0) fail(key, "cannot stat " + in_quotes(root_ / key), errno);
-  return S_ISREG(st.st_mode) ? generation_of(st) : Generation::absent();
+  if (::fstatat(dir_fd, name.c_str(), &st, 0) == 0) return S_ISREG(st.st_mode) ? generation_of(st) : Generation::absent();
+  if (errno == ENOENT || errno == ENOTDIR || errno == ELOOP) return Generation::absent();
+  fail(key, "cannot stat " + in_quotes(root_ / key), errno);
 }
 
 // Opens `key` for a read; -1 when there is nothing to read: no value
@@ -460,7 +487,7 @@ std::optional<Generation> FilesystemStore::commit(Temp& temp, const Generation& 
   std::optional<DirLock> lock;
   if (!if_equal.unknown()) {
     lock.emplace(key, temp.dir_fd);
-    if (current_generation(key) != if_equal) return std::nullopt;
+    if (generation_at(key, temp.dir_fd, temp.name) != if_equal) return std::nullopt;
   }
   if (::renameat(temp.dir_fd, temp.temp_name.c_str(), temp.dir_fd, temp.name.c_str()) != 0)
     fail(key, "cannot replace " + where, errno);
@@ -511,27 +538,39 @@ bool FilesystemStore::erase_now(const std::string& key, const Generation& if_equ
     std::optional<DirLock> lock;
     if (!if_equal.unknown()) {
       lock.emplace(key, dir_fd);
-      if (current_generation(key) != if_equal) return false;
+      if (generation_at(key, dir_fd, name) != if_equal) return false;
     }
     // A symlink at the key is removed, not followed.
     if (::unlinkat(dir_fd, name.c_str(), 0) != 0 && errno != ENOENT && errno != ENOTDIR && errno != EISDIR)
       fail(key, "cannot remove " + in_quotes(root_ / key), errno);
     if (durable_ && ::fsync(dir_fd) != 0) fail(key, "cannot sync the directory of " + in_quotes(root_ / key), errno);
   }
-  // Prune the directories the erase left empty, up to, not including, the root.
-  for (std::string d = dir; !d.empty();) {
-    const auto [parent, base] = split_key(d);
-    const int parent_fd = open_dir(key, parent, false);
-    if (parent_fd < 0) break;
-    FdGuard guard{parent_fd};
-    if (::unlinkat(parent_fd, base.c_str(), AT_REMOVEDIR) != 0) break;  // not empty (or gone): stop
-    d = parent;
+  // Prune the directories the erase left empty, up to, not including, the
+  // root. Best effort: the erase has happened.
+  try {
+    for (std::string d = dir; !d.empty();) {
+      const auto [parent, base] = split_key(d);
+      const int parent_fd = open_dir(key, parent, false);
+      if (parent_fd < 0) break;
+      FdGuard guard{parent_fd};
+      if (::unlinkat(parent_fd, base.c_str(), AT_REMOVEDIR) != 0) break;  // not empty (or gone): stop
+      d = parent;
+    }
+  } catch (const Error&) {
   }
   return true;
 }
 
 bool FilesystemStore::exists_now(const std::string& key) const {
-  return !current_generation(key).is_absent();
+  const int fd = open_beneath(key, key, O_PATH);
+  if (fd < 0) {
+    if (errno == ENOENT || errno == ENOTDIR) return false;
+    fail(key, "cannot open " + in_quotes(root_ / key), errno);
+  }
+  FdGuard guard{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) fail(key, "cannot stat " + in_quotes(root_ / key), errno);
+  return S_ISREG(st.st_mode);
 }
 
 // A temporary file is stale when nothing has written it for stale_temp_age:
@@ -589,22 +628,29 @@ std::vector<std::string> FilesystemStore::list_now(const std::string& prefix) co
 
 // With io_uring, on the calling thread: the open and what the page cache
 // holds are short system calls (open, fstat, preadv2 RWF_NOWAIT, close), up
-// to kReadNowBytes.
-std::optional<ReadResult> FilesystemStore::try_read_now(const std::string& key, const ReadOptions& options) {
-  if (!uses_io_uring()) return std::nullopt;  // every operation goes to the pool
+// to kReadNowBytes. Otherwise nullopt, with `miss` saying why.
+std::optional<ReadResult> FilesystemStore::read_cached(const std::string& key, const ReadOptions& options,
+                                                       ReadMiss& miss) const {
+  miss = ReadMiss::not_cached;
   validate_key(key);
+  if (!uses_io_uring()) return std::nullopt;  // every operation goes to the pool
   ReadResult result;
   std::uint64_t size = 0;
   const int fd = open_checked(key, options, size, result);
   if (fd < 0) return result;
   FdGuard guard{fd};
   const ByteExtent e = clip(options.range, size);
-  if (e.size() > kReadNowBytes) return std::nullopt;
+  if (e.size() > kReadNowBytes) {
+    miss = ReadMiss::large;
+    return std::nullopt;
+  }
+  if (!nowait_reads_.load(std::memory_order_relaxed) && e.size() > 0) return std::nullopt;
   Bytes out(e.size());
   std::size_t done = 0;
   int err = 0;
   if (read_into(fd, out, e.begin, done, true, err) && done < out.size()) {
-    if (err == EAGAIN || err == EOPNOTSUPP) return std::nullopt;  // not all in the page cache
+    if (err == EOPNOTSUPP) nowait_reads_ = false;  // the file system cannot say (NFS, FUSE)
+    if (err == EAGAIN || err == EOPNOTSUPP) return std::nullopt;
     fail(key, "cannot read " + in_quotes(root_ / key), err);
   }
   out.resize(done);
@@ -612,13 +658,46 @@ std::optional<ReadResult> FilesystemStore::try_read_now(const std::string& key, 
   return result;
 }
 
-// try_read_now, else a blocking read on the pool: a read that would wait
-// for the disk, or copy more than kReadNowBytes, never holds the calling
-// (I/O) thread. (io_uring would copy page-cached data inline, on the
-// submitting thread.)
+std::optional<ReadResult> FilesystemStore::try_read_now(const std::string& key, const ReadOptions& options) {
+  ReadMiss miss;
+  return read_cached(key, options, miss);
+}
+
+// read_cached, else: a range that is not in the page cache moves through
+// io_uring, whose kernel workers wait for the disk; a large cached one is
+// copied by a blocking read on the pool (io_uring would copy page-cached
+// data inline, on the submitting I/O thread).
 awaitable<ReadResult> FilesystemStore::read(std::string key, ReadOptions options) {
-  if (auto now = try_read_now(key, options)) co_return std::move(*now);
   validate_key(key);
+  ReadMiss miss;
+  if (auto now = read_cached(key, options, miss)) co_return std::move(*now);
+  if (uses_io_uring() && miss == ReadMiss::not_cached) {
+    ReadResult result;
+    std::uint64_t size = 0;
+    const int fd = open_checked(key, options, size, result);
+    if (fd < 0) co_return result;
+    const ByteExtent e = clip(options.range, size);
+    Bytes out(e.size());
+    std::size_t done = 0;
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);  // io_uring would fail EAGAIN
+    std::string why;
+    if (auto file = wrap(io_, fd, why)) {
+      while (done < out.size()) {
+        boost::system::error_code ec;
+        const std::size_t n = co_await file->async_read_some_at(
+            e.begin + done, asio::buffer(out.data() + done, out.size() - done),
+            asio::redirect_error(asio::use_awaitable, ec));
+        done += n;
+        if (ec == asio::error::eof) break;
+        if (ec) throw StoreError(key, "", "cannot read " + in_quotes(root_ / key) + ": " + ec.message());
+      }
+      out.resize(done);
+      result.value = std::move(out);
+      co_return result;
+    }
+    close_fd(fd);
+    disable_uring(why.c_str());
+  }
   auto job = std::bind_front(&FilesystemStore::read_now, this, std::move(key), std::move(options));
   co_return co_await offload(std::move(job));
 }
@@ -643,7 +722,7 @@ awaitable<std::optional<Generation>> FilesystemStore::write(std::string key, std
   }
   if (uses_io_uring()) {
     Temp temp(key);
-  create_temp(temp);
+    create_temp(temp);
     const Bytes& bytes = *value;
     std::size_t done = 0;
     int err = 0;
@@ -655,6 +734,7 @@ awaitable<std::optional<Generation>> FilesystemStore::write(std::string key, std
     std::string why;
     if (done < bytes.size()) {
       auto file = wrap(io_, temp.fd, why);
+      if (file) temp.fd = -1;  // owned by `file` until released below
       if (!file) {
         disable_uring(why.c_str());
         write_from(temp.fd, bytes, done, false, err);  // this once, inline

@@ -437,3 +437,44 @@ TEST_CASE("CountingStore: counts every request exactly", "[stores][counting]") {
 TEST_CASE("CountingStore: rejects a null inner store", "[stores][counting]") {
   CHECK_THROWS_AS(CountingStore(nullptr), InvalidArgument);
 }
+
+TEST_CASE("FilesystemStore: small page-cached reads are answered at once, large and cold ones are not",
+          "[stores][filesystem]") {
+  test::TempDir tmp("stores");
+  StoreHarness h(filesystem_factory(tmp.path, kUring));
+  auto* store = static_cast<FilesystemStore*>(h.store.get());
+  if (!store->uses_io_uring()) {
+    WARN("SKIPPED: io_uring is unavailable here, so the store answers nothing at once");
+    return;
+  }
+  Bytes small(4096), large((std::size_t{256} << 10) + 1);
+  for (std::size_t i = 0; i < large.size(); ++i) large[i] = std::byte(i * 7);
+  std::copy_n(large.begin(), small.size(), small.begin());
+  h.set("small", small);
+  h.set("large", large);
+  const ReadOptions whole{};
+  const auto now = store->try_read_now("small", whole);
+  REQUIRE(now);
+  REQUIRE(now->value);
+  CHECK(*now->value == small);
+  CHECK(now->generation == h.read("small").generation);
+  CHECK_FALSE(store->try_read_now("large", whole));  // more than 256 KiB: not on the caller's thread
+  ReadOptions head;
+  head.range = ByteRange::from(0, 4096);
+  const auto part = store->try_read_now("large", head);  // a small range of it is
+  REQUIRE(part);
+  CHECK(*part->value == small);
+  CHECK(*h.get("large") == large);  // read() answers the large one on the pool
+  const auto missing = store->try_read_now("nope", whole);
+  REQUIRE(missing);
+  CHECK_FALSE(missing->value);
+  // Evicted from the page cache: not answered at once (where the kernel
+  // drops clean pages on request), but read() still returns the bytes.
+  const int fd = ::open((tmp.path / "small").c_str(), O_RDONLY);
+  REQUIRE(fd >= 0);
+  ::fdatasync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+  if (store->try_read_now("small", whole)) WARN("the kernel kept the file's pages; the cold path was not exercised");
+  CHECK(*h.get("small") == small);
+}

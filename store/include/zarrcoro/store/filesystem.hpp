@@ -4,16 +4,19 @@
 // any executor; the store keeps no mutable state besides two flags and the
 // root's descriptor. Concurrent writers of one key race (last rename wins)
 // but never tear a value. Destroy the store only after its operations have
-// completed.
+// completed. The root directory is opened once (when it exists, else at the
+// first write): removing and recreating it under a live store is not
+// supported; open a new store instead.
 //
 // I/O: the root directory is opened once, and every key is opened beneath
 // it by the kernel: openat2(2) with RESOLVE_BENEATH, or, where the kernel
 // lacks it, one openat(O_NOFOLLOW) per path component. A read of a small
 // file costs open, fstat, one read and close; a read of a missing key one
 // failed open. Reads of page-cached ranges up to 256 KiB run at once on the
-// calling thread (preadv2 with RWF_NOWAIT); larger ones, and ones that would
-// wait for the disk, run as blocking reads on the store's small thread
-// pool, so a disk wait or a large copy never holds an I/O thread. Writes
+// calling thread (preadv2 with RWF_NOWAIT); ranges that would wait for the
+// disk move through io_uring, whose kernel workers wait; larger cached ones
+// are copied by blocking reads on the store's small thread pool. A disk
+// wait or a large copy never holds an I/O thread. Writes
 // go to the file at once where the file system can tell it need not wait
 // (pwritev2 with RWF_NOWAIT; ext4 cannot), else through io_uring
 // (asio::random_access_file) on the io executor, whose kernel workers take
@@ -130,7 +133,10 @@ class FilesystemStore : public Store {
   int open_for_read(const std::string& key, std::uint64_t& size, Generation& generation) const;
   int open_checked(const std::string& key, const ReadOptions& options, std::uint64_t& size,
                    ReadResult& result) const;
-  Generation current_generation(const std::string& key) const;
+  Generation generation_at(const std::string& key, int dir_fd, const std::string& name) const;
+  static bool openat2_works();
+  enum class ReadMiss { not_cached, large };
+  std::optional<ReadResult> read_cached(const std::string& key, const ReadOptions& options, ReadMiss& miss) const;
   void create_temp(Temp& temp) const;
   std::optional<Generation> commit(Temp& temp, const Generation& if_equal) const;
   ReadResult read_now(const std::string& key, const ReadOptions& options) const;
@@ -151,6 +157,7 @@ class FilesystemStore : public Store {
   mutable std::atomic<bool> openat2_;
   mutable std::atomic<int> root_fd_{-1};
   std::atomic<bool> nowait_writes_{true};  // pwritev2(RWF_NOWAIT) is worth trying
+  mutable std::atomic<bool> nowait_reads_{true};  // preadv2(RWF_NOWAIT) is supported
   std::atomic<bool> uring_;
   boost::asio::thread_pool pool_;
 };
