@@ -88,13 +88,6 @@ struct DispatchMode {
 constexpr DispatchMode kDispatchModes[] = {
     {"batched", Dispatch::batched}, {"per-chunk", Dispatch::per_chunk}, {"inline", Dispatch::inline_io}};
 
-std::string load_average() {
-  std::ifstream f("/proc/loadavg");
-  std::string a, b, c;
-  f >> a >> b >> c;
-  return f ? a + " " + b + " " + c : "n/a";
-}
-
 // FilesystemStore options for the measured runs (--no-io-uring).
 FilesystemOptions g_fs_options;
 
@@ -968,12 +961,7 @@ int run(const Options& opt) {
   std::printf("\nprocess peak RSS (getrusage ru_maxrss, whole run): %.0f MiB; load average at end: %s\n", rss,
               load_average().c_str());
 
-  if (!opt.json_path.empty()) {
-    std::ofstream f(opt.json_path);
-    f << records.dump(2) << "\n";
-    if (!f) throw std::runtime_error("cannot write " + opt.json_path);
-    std::printf("wrote %zu records to %s\n", records.size(), opt.json_path.c_str());
-  }
+  if (!opt.json_path.empty() && !write_records(opt.json_path, records, "concurrent_reads")) return 1;
   const bool errors = std::any_of(rows.begin(), rows.end(), [](const Result& r) { return !r.error.empty(); });
   return errors ? 1 : 0;
 }

@@ -68,13 +68,6 @@ const Layout kLayouts[] = {
           "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}]}}])"},
 };
 
-std::string load_average() {
-  std::ifstream f("/proc/loadavg");
-  std::string a, b, c;
-  f >> a >> b >> c;
-  return f ? a + " " + b + " " + c : "n/a";
-}
-
 [[noreturn]] void fail_errno(const char* what, const std::string& path) {
   throw std::system_error(errno, std::generic_category(), std::string(what) + " " + path);
 }
@@ -349,14 +342,6 @@ int main(int argc, char** argv) {
   std::printf("data read back equals 0..999999 in every layout: yes; load average at end: %s\n",
               load_average().c_str());
 
-  if (!json_path.empty()) {
-    std::ofstream f(json_path);
-    f << records.dump(2) << "\n";
-    if (!f) {
-      std::fprintf(stderr, "disk_io: cannot write %s\n", json_path.c_str());
-      return 1;
-    }
-    std::printf("wrote %zu records to %s\n", records.size(), json_path.c_str());
-  }
+  if (!json_path.empty() && !write_records(json_path, records, "disk_io")) return 1;
   return 0;
 }

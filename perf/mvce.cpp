@@ -213,13 +213,6 @@ int main(int argc, char** argv) {
               blosc_limit, v2_blosc / blosc_limit, verdict(v2_blosc <= 1.3 * blosc_limit));
   std::printf("data read back equals data written: %s\n", data_ok ? "yes" : "NO");
 
-  if (!json_path.empty()) {
-    std::ofstream f(json_path);
-    f << records.dump(2) << "\n";
-    if (!f) {
-      std::fprintf(stderr, "mvce: cannot write %s\n", json_path.c_str());
-      return 1;
-    }
-  }
+  if (!json_path.empty() && !write_records(json_path, records, "mvce")) return 1;
   return data_ok ? 0 : 1;
 }

@@ -55,4 +55,26 @@ inline bool reset_peak_rss() {
 
 inline const char* verdict(bool ok) { return ok ? "PASS" : "MISS"; }
 
+// The 1, 5 and 15 minute load averages, e.g. "1.92 2.12 2.11".
+inline std::string load_average() {
+  std::ifstream f("/proc/loadavg");
+  std::string a, b, c;
+  f >> a >> b >> c;
+  return f ? a + " " + b + " " + c : "n/a";
+}
+
+// Writes a benchmark's JSON records (an nlohmann::json array) to `path` and
+// says so; false (with a message on stderr) if it cannot.
+template <class Json>
+bool write_records(const std::string& path, const Json& records, const char* tool) {
+  std::ofstream f(path);
+  f << records.dump(2) << "\n";
+  if (!f) {
+    std::fprintf(stderr, "%s: cannot write %s\n", tool, path.c_str());
+    return false;
+  }
+  std::printf("wrote %zu records to %s\n", records.size(), path.c_str());
+  return true;
+}
+
 }  // namespace zarrcoro::perf

@@ -438,21 +438,10 @@ bool read_into(int fd, Bytes& out, std::uint64_t begin, std::size_t& done, bool 
 
 }  // namespace
 
+// A blocking read (on the pool).
 ReadResult FilesystemStore::read_now(const std::string& key, const ReadOptions& options) const {
-  ReadResult result;
-  std::uint64_t size = 0;
-  const int fd = open_checked(key, options, size, result);
-  if (fd < 0) return result;
-  FdGuard guard{fd};
-  const ByteExtent e = clip(options.range, size);
-  Bytes out(e.size());
-  std::size_t done = 0;
-  int err = 0;
-  read_into(fd, out, e.begin, done, false, err);
-  if (err) fail(key, "cannot read " + in_quotes(root_ / key), err);
-  out.resize(done);
-  result.value = std::move(out);
-  return result;
+  ReadMiss miss;
+  return *read_file(key, options, false, miss);
 }
 
 // Creates the temporary file of `temp.key` (and its directory if needed).
@@ -626,31 +615,32 @@ std::vector<std::string> FilesystemStore::list_now(const std::string& prefix) co
   return keys;
 }
 
-// With io_uring, on the calling thread: the open and what the page cache
-// holds are short system calls (open, fstat, preadv2 RWF_NOWAIT, close), up
-// to kReadNowBytes. Otherwise nullopt, with `miss` saying why.
-std::optional<ReadResult> FilesystemStore::read_cached(const std::string& key, const ReadOptions& options,
-                                                       ReadMiss& miss) const {
+// Reads `key` with open, fstat, read(s) and close. `at_once`: only where
+// that is short work for the calling (I/O) thread: with io_uring, a range
+// of at most kReadNowBytes that the page cache holds (preadv2 RWF_NOWAIT);
+// otherwise nullopt, with `miss` saying why. Else a blocking read.
+std::optional<ReadResult> FilesystemStore::read_file(const std::string& key, const ReadOptions& options,
+                                                     bool at_once, ReadMiss& miss) const {
   miss = ReadMiss::not_cached;
   validate_key(key);
-  if (!uses_io_uring()) return std::nullopt;  // every operation goes to the pool
+  if (at_once && !uses_io_uring()) return std::nullopt;  // every operation goes to the pool
   ReadResult result;
   std::uint64_t size = 0;
   const int fd = open_checked(key, options, size, result);
   if (fd < 0) return result;
   FdGuard guard{fd};
   const ByteExtent e = clip(options.range, size);
-  if (e.size() > kReadNowBytes) {
+  if (at_once && e.size() > kReadNowBytes) {
     miss = ReadMiss::large;
     return std::nullopt;
   }
-  if (!nowait_reads_.load(std::memory_order_relaxed) && e.size() > 0) return std::nullopt;
+  if (at_once && !nowait_reads_.load(std::memory_order_relaxed) && e.size() > 0) return std::nullopt;
   Bytes out(e.size());
   std::size_t done = 0;
   int err = 0;
-  if (read_into(fd, out, e.begin, done, true, err) && done < out.size()) {
-    if (err == EOPNOTSUPP) nowait_reads_ = false;  // the file system cannot say (NFS, FUSE)
-    if (err == EAGAIN || err == EOPNOTSUPP) return std::nullopt;
+  if (read_into(fd, out, e.begin, done, at_once, err) && done < out.size()) {
+    if (at_once && err == EOPNOTSUPP) nowait_reads_ = false;  // the file system cannot say (NFS, FUSE)
+    if (at_once && (err == EAGAIN || err == EOPNOTSUPP)) return std::nullopt;
     fail(key, "cannot read " + in_quotes(root_ / key), err);
   }
   out.resize(done);
@@ -660,17 +650,16 @@ std::optional<ReadResult> FilesystemStore::read_cached(const std::string& key, c
 
 std::optional<ReadResult> FilesystemStore::try_read_now(const std::string& key, const ReadOptions& options) {
   ReadMiss miss;
-  return read_cached(key, options, miss);
+  return read_file(key, options, true, miss);
 }
 
-// read_cached, else: a range that is not in the page cache moves through
+// read_file at once, else: a range that is not in the page cache moves through
 // io_uring, whose kernel workers wait for the disk; a large cached one is
 // copied by a blocking read on the pool (io_uring would copy page-cached
 // data inline, on the submitting I/O thread).
 awaitable<ReadResult> FilesystemStore::read(std::string key, ReadOptions options) {
-  validate_key(key);
-  ReadMiss miss;
-  if (auto now = read_cached(key, options, miss)) co_return std::move(*now);
+  ReadMiss miss;  // read_file validates the key first
+  if (auto now = read_file(key, options, true, miss)) co_return std::move(*now);
   if (uses_io_uring() && miss == ReadMiss::not_cached) {
     ReadResult result;
     std::uint64_t size = 0;

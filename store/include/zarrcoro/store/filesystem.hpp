@@ -136,7 +136,8 @@ class FilesystemStore : public Store {
   Generation generation_at(const std::string& key, int dir_fd, const std::string& name) const;
   static bool openat2_works();
   enum class ReadMiss { not_cached, large };
-  std::optional<ReadResult> read_cached(const std::string& key, const ReadOptions& options, ReadMiss& miss) const;
+  std::optional<ReadResult> read_file(const std::string& key, const ReadOptions& options, bool at_once,
+                                      ReadMiss& miss) const;
   void create_temp(Temp& temp) const;
   std::optional<Generation> commit(Temp& temp, const Generation& if_equal) const;
   ReadResult read_now(const std::string& key, const ReadOptions& options) const;
