@@ -358,13 +358,12 @@ fs::path FilesystemStore::resolve(const std::string& key) const {
 // Opens the regular file at `key` for reading; returns -1 if there is none.
 // `generation` is taken from the open file, so it describes the bytes read.
 // The descriptor is O_NONBLOCK (so that a FIFO cannot block the open).
-int FilesystemStore::open_for_read(const std::string& key, std::uint64_t& size, Generation& generation) const {
+int FilesystemStore::open_for_read(const std::string& key, struct stat& st) const {
   const int fd = open_beneath(key, key, O_RDONLY | O_NONBLOCK);
   if (fd < 0) {
     if (errno == ENOENT || errno == ENOTDIR) return -1;
     fail(key, "cannot open " + in_quotes(root_ / key), errno);
   }
-  struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const int err = errno;
     ::close(fd);
@@ -378,9 +377,21 @@ int FilesystemStore::open_for_read(const std::string& key, std::uint64_t& size, 
     ::close(fd);
     throw StoreError(key, "", in_quotes(root_ / key) + " is not a regular file");
   }
-  size = static_cast<std::uint64_t>(st.st_size);
-  generation = generation_of(st);
   return fd;
+}
+
+FilesystemStore::OpenFile::~OpenFile() { close_fd(fd_); }
+
+std::optional<FilesystemStore::OpenFile> FilesystemStore::open_file(const std::string& key) const {
+  validate_key(key);
+  struct stat st {};
+  const int fd = open_for_read(key, st);
+  if (fd < 0) return std::nullopt;
+  const auto since_epoch = std::chrono::seconds(st.st_mtim.tv_sec) + std::chrono::nanoseconds(st.st_mtim.tv_nsec);
+  const std::chrono::system_clock::time_point modified(
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(since_epoch));
+  return std::optional<OpenFile>(std::in_place, fd, static_cast<std::uint64_t>(st.st_size), generation_of(st),
+                                modified);
 }
 
 // The generation of the value named `name` in the directory `dir_fd` now
@@ -398,8 +409,10 @@ Generation FilesystemStore::generation_at(const std::string& key, int dir_fd, co
 // (result: absent) or a failed condition (result: changed).
 int FilesystemStore::open_checked(const std::string& key, const ReadOptions& options, std::uint64_t& size,
                                   ReadResult& result) const {
-  const int fd = open_for_read(key, size, result.generation);
-  if (fd < 0) result.generation = Generation::absent();
+  struct stat st {};
+  const int fd = open_for_read(key, st);
+  size = static_cast<std::uint64_t>(st.st_size);
+  result.generation = fd < 0 ? Generation::absent() : generation_of(st);
   if (!options.if_equal.unknown() && options.if_equal != result.generation) {
     close_fd(fd);
     result.changed = true;

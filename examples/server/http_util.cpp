@@ -78,34 +78,66 @@ std::optional<Params> parse_query(std::string_view query) {
   return out;
 }
 
-RangeResult resolve_range(std::string_view header, std::uint64_t size) {
-  using Kind = RangeResult::Kind;
+RangeSet resolve_ranges(std::string_view header, std::uint64_t size) {
+  using Kind = RangeSet::Kind;
   header = trim(header);
   constexpr std::string_view unit = "bytes=";
   if (header.size() < unit.size()) return {};
   for (std::size_t i = 0; i < unit.size(); ++i)  // the unit is case-insensitive
     if (std::tolower(static_cast<unsigned char>(header[i])) != unit[i]) return {};
-  const std::string_view spec = trim(header.substr(unit.size()));
-  if (spec.find(',') != std::string_view::npos) return {};  // several ranges: we send it all (allowed)
-  const auto dash = spec.find('-');
-  if (dash == std::string_view::npos) return {Kind::malformed};
-  const std::string_view a = trim(spec.substr(0, dash)), b = trim(spec.substr(dash + 1));
-  if (a.empty()) {  // suffix: the last n bytes
-    const auto n = number(b);
-    if (!n) return {Kind::malformed};
-    if (*n == 0 || size == 0) return {Kind::unsatisfiable};
-    return {Kind::partial, size - std::min(*n, size), size - 1};
+  std::string_view set = header.substr(unit.size());
+  RangeSet out;
+  std::size_t specs = 0;
+  std::uint64_t total = 0;
+  while (true) {
+    const auto comma = set.find(',');
+    const std::string_view spec = trim(set.substr(0, comma));
+    set = comma == std::string_view::npos ? std::string_view{} : set.substr(comma + 1);
+    if (!spec.empty()) {  // empty list elements are allowed (RFC 9110, 5.6.1)
+      ++specs;
+      const auto dash = spec.find('-');
+      if (dash == std::string_view::npos) return {Kind::malformed, {}};
+      const std::string_view a = trim(spec.substr(0, dash)), b = trim(spec.substr(dash + 1));
+      std::optional<RangeSet::Range> r;
+      if (a.empty()) {  // suffix: the last n bytes
+        const auto n = number(b);
+        if (!n) return {Kind::malformed, {}};
+        if (*n > 0 && size > 0) r = RangeSet::Range{size - std::min(*n, size), size - 1};
+      } else {
+        const auto first = number(a);
+        if (!first) return {Kind::malformed, {}};
+        std::uint64_t last = std::numeric_limits<std::uint64_t>::max();
+        if (!b.empty()) {
+          const auto l = number(b);
+          if (!l || *l < *first) return {Kind::malformed, {}};
+          last = *l;
+        }
+        if (*first < size) r = RangeSet::Range{*first, std::min(last, size - 1)};
+      }
+      if (r) {
+        out.ranges.push_back(*r);
+        total += r->length();
+      }
+    }
+    if (comma == std::string_view::npos) break;
   }
-  const auto first = number(a);
-  if (!first) return {Kind::malformed};
-  std::uint64_t last = std::numeric_limits<std::uint64_t>::max();
-  if (!b.empty()) {
-    const auto l = number(b);
-    if (!l || *l < *first) return {Kind::malformed};
-    last = *l;
+  if (specs == 0) return {Kind::malformed, {}};
+  if (out.ranges.empty()) return {Kind::unsatisfiable, {}};
+  if (out.ranges.size() > kMaxRanges || total > size) return {};
+  out.kind = Kind::partial;
+  return out;
+}
+
+bool etag_matches(std::string_view if_none_match, std::string_view etag) {
+  if (etag.starts_with("W/")) etag.remove_prefix(2);
+  while (!if_none_match.empty()) {
+    const auto comma = if_none_match.find(',');
+    std::string_view tag = trim(if_none_match.substr(0, comma));
+    if_none_match = comma == std::string_view::npos ? std::string_view{} : if_none_match.substr(comma + 1);
+    if (tag.starts_with("W/")) tag.remove_prefix(2);
+    if (tag == "*" || tag == etag) return true;
   }
-  if (*first >= size) return {Kind::unsatisfiable};
-  return {Kind::partial, *first, std::min(last, size - 1)};
+  return false;
 }
 
 std::string http_date(std::chrono::system_clock::time_point t) {
@@ -115,6 +147,18 @@ std::string http_date(std::chrono::system_clock::time_point t) {
   char buf[64];
   const auto n = std::strftime(buf, sizeof buf, "%a, %d %b %Y %H:%M:%S GMT", &tm);
   return std::string(buf, n);
+}
+
+
+std::optional<std::chrono::system_clock::time_point> parse_http_date(std::string_view text) {
+  const std::string s(trim(text));
+  // IMF-fixdate, RFC 850 (two-digit year), asctime; all in GMT.
+  for (const char* format : {"%a, %d %b %Y %H:%M:%S GMT", "%A, %d-%b-%y %H:%M:%S GMT", "%a %b %e %H:%M:%S %Y"}) {
+    std::tm tm{};
+    const char* end = ::strptime(s.c_str(), format, &tm);
+    if (end && *end == '\0') return std::chrono::system_clock::from_time_t(::timegm(&tm));
+  }
+  return std::nullopt;
 }
 
 }  // namespace zarrcoro::server

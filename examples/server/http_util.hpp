@@ -30,21 +30,35 @@ std::optional<Target> parse_target(std::string_view target);
 using Params = std::vector<std::pair<std::string, std::string>>;
 std::optional<Params> parse_query(std::string_view query);
 
-// A Range header resolved against a value of `size` bytes.
-struct RangeResult {
+// A Range header resolved against a value of `size` bytes (RFC 9110, 14.2).
+struct RangeSet {
   enum class Kind : std::uint8_t {
-    none,           // no usable range: send the whole value (absent, another unit, several ranges)
-    partial,        // send bytes [first, last]
-    unsatisfiable,  // 416: starts at or past the end, or a zero-length suffix
-    malformed,      // 416: not a byte range ("bytes=x-", "bytes=5-2")
+    none,           // send the whole value: no Range, another unit, or a set the server may ignore
+    partial,        // send `ranges`: one (a 206 with Content-Range) or several (multipart/byteranges)
+    unsatisfiable,  // 416: no range starts before the end (or only zero-length suffixes)
+    malformed,      // 416: not a byte-range set ("bytes=x-", "bytes=5-2", "bytes=")
+  };
+  struct Range {
+    std::uint64_t first = 0, last = 0;  // inclusive byte offsets
+    std::uint64_t length() const { return last - first + 1; }
   };
   Kind kind = Kind::none;
-  std::uint64_t first = 0, last = 0;  // inclusive, for `partial`
+  std::vector<Range> ranges;  // in the order asked, unsatisfiable ones dropped; for `partial`
 };
-// Understands "bytes=a-b", "bytes=a-" and "bytes=-n" (RFC 9110, 14.1.2).
-RangeResult resolve_range(std::string_view header, std::uint64_t size);
+// More ranges than this, or ranges adding up to more bytes than the value
+// (overlaps), are ignored (200 with the whole value), as RFC 9110 allows.
+inline constexpr std::size_t kMaxRanges = 64;
+// Understands "bytes=a-b", "bytes=a-" and "bytes=-n", comma-separated.
+RangeSet resolve_ranges(std::string_view header, std::uint64_t size);
+
+// If-None-Match: true if "*" or one of the listed entity tags equals `etag`
+// (weak comparison, RFC 9110 13.1.2).
+bool etag_matches(std::string_view if_none_match, std::string_view etag);
 
 // An IMF-fixdate, e.g. "Sun, 06 Nov 1994 08:49:37 GMT".
 std::string http_date(std::chrono::system_clock::time_point t);
+// An HTTP-date in any of the three forms RFC 9110 (5.6.7) makes recipients
+// accept: IMF-fixdate, RFC 850 and asctime. nullopt if it is none of them.
+std::optional<std::chrono::system_clock::time_point> parse_http_date(std::string_view text);
 
 }  // namespace zarrcoro::server

@@ -60,6 +60,13 @@ std::string Metrics::render(const RuntimeStats& stats, const LoopLag& lag) const
   sample(out, "zarrcoro_http_connections_rejected_total", static_cast<double>(rejected_.load()));
   metric(out, "zarrcoro_http_timeouts_total", "counter", "Connections closed by a read, idle or write timeout.");
   sample(out, "zarrcoro_http_timeouts_total", static_cast<double>(timeouts_.load()));
+  metric(out, "zarrcoro_http_responses_aborted_total", "counter",
+         "Responses that did not go out whole: the client went away, a write timed out, or a streamed slice failed.");
+  sample(out, "zarrcoro_http_responses_aborted_total", static_cast<double>(aborted_.load()));
+  metric(out, "zarrcoro_http_sendfile_bytes_total", "counter", "Body bytes sent from files by sendfile(2), not copied.");
+  sample(out, "zarrcoro_http_sendfile_bytes_total", static_cast<double>(sendfile_bytes_.load()));
+  metric(out, "zarrcoro_http_slice_memory_bytes", "gauge", "Memory reserved by slice responses in flight.");
+  sample(out, "zarrcoro_http_slice_memory_bytes", static_cast<double>(slice_bytes_.load()));
 
   metric(out, "zarrcoro_io_loop_lag_seconds", "gauge",
          "Lateness of a periodic timer on the I/O loop (recent samples): how long a ready handler waits.");

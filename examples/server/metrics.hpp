@@ -26,6 +26,19 @@ class Metrics {
   void connection_closed() { connections_.fetch_sub(1, std::memory_order_relaxed); }
   void connection_rejected() { rejected_.fetch_add(1, std::memory_order_relaxed); }
   void timed_out() { timeouts_.fetch_add(1, std::memory_order_relaxed); }
+  // A response that did not go out whole (client gone, write timeout, a
+  // streamed slice that failed to decode after its header was sent).
+  void response_aborted() { aborted_.fetch_add(1, std::memory_order_relaxed); }
+  void sent_from_file(std::uint64_t bytes) { sendfile_bytes_.fetch_add(bytes, std::memory_order_relaxed); }
+  // The memory of slice responses in flight: reserves `bytes` if the total
+  // stays within `limit` (true), else reserves nothing (false).
+  bool reserve_slice_memory(std::uint64_t bytes, std::uint64_t limit) {
+    if (slice_bytes_.fetch_add(bytes) + bytes <= limit) return true;
+    slice_bytes_.fetch_sub(bytes);
+    return false;
+  }
+  void release_slice_memory(std::uint64_t bytes) { slice_bytes_.fetch_sub(bytes); }
+  std::uint64_t slice_memory() const { return slice_bytes_.load(); }
 
   std::int64_t in_flight() const { return in_flight_.load(std::memory_order_relaxed); }
   std::int64_t connections() const { return connections_.load(std::memory_order_relaxed); }
@@ -43,6 +56,9 @@ class Metrics {
   std::atomic<std::int64_t> connections_{0};
   std::atomic<std::uint64_t> rejected_{0};
   std::atomic<std::uint64_t> timeouts_{0};
+  std::atomic<std::uint64_t> aborted_{0};
+  std::atomic<std::uint64_t> sendfile_bytes_{0};
+  std::atomic<std::uint64_t> slice_bytes_{0};
 };
 
 }  // namespace zarrcoro::server

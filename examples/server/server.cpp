@@ -1,21 +1,31 @@
 #include "server.hpp"
 
-#include <sys/stat.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/sendfile.h>
+#include <sys/uio.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <charconv>
+#include <csignal>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <variant>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/experimental/parallel_group.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <spdlog/spdlog.h>
@@ -101,39 +111,25 @@ bool is_metadata_key(std::string_view key) {
 
 // ---- files -----------------------------------------------------------------
 
-struct FileInfo {
-  std::uint64_t size = 0;
-  std::string etag, last_modified;
-};
+// Bodies up to this size are read into memory and written with the header in
+// one system call; larger ones leave through sendfile(2).
+constexpr std::uint64_t kInMemoryBody = 64 << 10;
+// One sendfile(2) call moves at most this much before the loop runs others.
+constexpr std::uint64_t kSendfileStep = 1 << 20;
+// A streamed slice's slabs aim at this size (whole chunk rows, at least one).
+constexpr std::uint64_t kSlabBytes = 4 << 20;
 
-// Size and validators of the regular file at `p` (already checked by the store).
-std::optional<FileInfo> file_info(const fs::path& p) {
-  struct stat st {};
-  if (::stat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
-  FileInfo info;
-  info.size = static_cast<std::uint64_t>(st.st_size);
-  const auto mtime_ns = std::uint64_t(st.st_mtim.tv_sec) * 1'000'000'000u + std::uint64_t(st.st_mtim.tv_nsec);
+// A strong validator of a file: its modification time (ns) and size.
+std::string etag_of(const FilesystemStore::OpenFile& f) {
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(f.modified().time_since_epoch()).count();
   char etag[48];
-  std::snprintf(etag, sizeof etag, "\"%llx-%llx\"", static_cast<unsigned long long>(mtime_ns),
-                static_cast<unsigned long long>(info.size));
-  info.etag = etag;
-  info.last_modified = http_date(std::chrono::system_clock::from_time_t(st.st_mtim.tv_sec));
-  return info;
+  std::snprintf(etag, sizeof etag, "\"%llx-%llx\"", static_cast<unsigned long long>(ns),
+                static_cast<unsigned long long>(f.size()));
+  return etag;
 }
 
-// If-None-Match: "*" or a list of entity tags, compared weakly.
-bool etag_matches(std::string_view if_none_match, std::string_view etag) {
-  while (!if_none_match.empty()) {
-    const auto comma = if_none_match.find(',');
-    std::string_view tag = if_none_match.substr(0, comma);
-    if_none_match = comma == std::string_view::npos ? std::string_view{} : if_none_match.substr(comma + 1);
-    while (!tag.empty() && tag.front() == ' ') tag.remove_prefix(1);
-    while (!tag.empty() && tag.back() == ' ') tag.remove_suffix(1);
-    if (tag.starts_with("W/")) tag.remove_prefix(2);
-    if (tag == "*" || tag == etag) return true;
-  }
-  return false;
-}
+// The boundary of multipart/byteranges bodies: not in any part's header.
+constexpr std::string_view kBoundary = "zarrcoro-byteranges-3d9f1c0a7b25e864";
 
 // True if `path` (a valid key or "") resolves, through symlinks, inside `root`.
 bool inside(const fs::path& root, const std::string& path) {
@@ -166,7 +162,10 @@ std::optional<std::uint64_t> region_bytes(const Region& r, std::uint64_t item) {
 
 std::string join(const std::vector<std::uint64_t>& v) {
   std::string s;
-  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(v[i]);
+  }
   return s;
 }
 
@@ -198,20 +197,77 @@ tcp::endpoint parse_listen(const std::string& text) {
 
 // One client connection. `idle` is touched only on the connection's strand.
 struct Conn {
-  explicit Conn(tcp::socket s) : stream(std::move(s)) {}
+  explicit Conn(tcp::socket s) : stream(std::move(s)), timer(stream.get_executor()) {}
   beast::tcp_stream stream;
-  bool idle = false;  // waiting for the next request (shutdown may close it)
+  asio::steady_timer timer;  // a sendfile response's write deadline
+  bool idle = false;         // waiting for the next request (shutdown may close it)
+  bool timed_out = false;    // the timer fired during the current response
 };
 
-// A handler's answer: the metrics route label, the response, and whatever
-// must live until the response is sent (a slice's memory reservation).
+// A key's file sent from its descriptor: `pieces` in order, each a short
+// text (a multipart part's header) or a range of the file (sendfile).
+struct FileBody {
+  struct Piece {
+    std::string text;
+    std::uint64_t offset = 0, length = 0;  // a file range when `text` is empty
+  };
+  std::shared_ptr<const FilesystemStore::OpenFile> file;
+  std::vector<Piece> pieces;
+
+  std::uint64_t size() const {
+    std::uint64_t n = 0;
+    for (const auto& p : pieces) n += p.text.empty() ? p.length : p.text.size();
+    return n;
+  }
+};
+
+// A slice sent slab by slab: the region's rows [cuts[k], cuts[k + 1]) along
+// its first dimension (whole chunk rows, contiguous in C order), each decoded
+// in the codec pool while the previous one is written. Slab 0 is decoded
+// before the header goes out, so that most failures still get a status.
+struct SliceBody {
+  Array array;
+  Region region;
+  std::string npy_header;               // empty for format=raw
+  std::vector<std::uint64_t> cuts;      // indices along dimension 0, first = region.start[0]
+  std::uint64_t row_bytes = 0;          // bytes of one index along dimension 0
+  Bytes first;                          // slab 0, decoded
+
+  std::uint64_t size() const { return npy_header.size() + (cuts.back() - cuts.front()) * row_bytes; }
+  Region slab(std::size_t k) const {
+    Region r = region;
+    if (!r.start.empty()) r.start[0] = cuts[k], r.stop[0] = cuts[k + 1];
+    return r;
+  }
+};
+
+// A handler's answer: the metrics route label, the response (its body in
+// memory, or in `body`), and whatever must live until the response is sent
+// (a slice's memory reservation).
 struct Reply {
   std::string route;
   Response res;
   std::shared_ptr<void> hold;
+  std::variant<std::monostate, FileBody, SliceBody> body;  // monostate: res.body()
 };
 
-Reply reply(std::string route, Response res) { return Reply{std::move(route), std::move(res), nullptr}; }
+Reply reply(std::string route, Response res) { return Reply{std::move(route), std::move(res), nullptr, {}}; }
+
+// How much of a response went out, and why it stopped short.
+struct Sent {
+  boost::system::error_code ec;
+  std::uint64_t bytes = 0;
+};
+
+// The headers that make a key's response conditional or partial.
+struct Preconditions {
+  std::string range, if_range, if_none_match, if_modified_since;
+
+  static Preconditions of(const Request& req) {
+    return {std::string(req[http::field::range]), std::string(req[http::field::if_range]),
+            std::string(req[http::field::if_none_match]), std::string(req[http::field::if_modified_since])};
+  }
+};
 
 // What the response and the access log need of a request.
 struct RequestLine {
@@ -234,6 +290,8 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
         strand(asio::make_strand(rt.io_context())),
         acceptor(strand),
         deadline(strand) {
+    // sendfile(2) has no MSG_NOSIGNAL: a client gone mid-body must not kill us.
+    std::signal(SIGPIPE, SIG_IGN);
     const tcp::endpoint ep = parse_listen(opt.listen);
     acceptor.open(ep.protocol());
     acceptor.set_option(asio::socket_base::reuse_address(true));
@@ -251,7 +309,6 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
   tcp::endpoint endpoint;
   Metrics metrics;
   std::atomic<bool> stopping{false};
-  std::atomic<std::uint64_t> slice_bytes{0};  // slice responses held in memory
 
   std::mutex mu;  // guards conns and on_stopped
   std::map<Conn*, std::shared_ptr<Conn>> conns;
@@ -417,10 +474,11 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
       // 4. Answer.
       self->metrics.request_started();
       Reply r;
-      std::string target(req.target()), range(req[http::field::range]), inm(req[http::field::if_none_match]),
-          cors(req[http::field::access_control_request_headers]);
+      std::string target(req.target());
+      Preconditions pre = Preconditions::of(req);
+      std::string cors(req[http::field::access_control_request_headers]);
       try {
-        r = co_await self->handle(req.method(), std::move(target), std::move(range), std::move(inm), std::move(cors));
+        r = co_await self->handle(req.method(), std::move(target), std::move(pre), std::move(cors));
       } catch (const std::exception& e) {
         spdlog::error("server: {} {}: {}", std::string(req.method_string()), std::string(req.target()), e.what());
         r = reply("error", text(http::status::internal_server_error, "internal error"));
@@ -462,28 +520,174 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
     res.keep_alive(keep_alive);
     add_cors(res);
     const auto status = res.result();
-    const std::uint64_t body = res.body().size();
+    const std::uint64_t body = std::visit(
+        [&](const auto& b) -> std::uint64_t {
+          if constexpr (std::is_same_v<std::decay_t<decltype(b)>, std::monostate>) return res.body().size();
+          else return b.size();
+        },
+        r.body);
     if (status != http::status::no_content && status != http::status::not_modified &&
         res.find(http::field::content_length) == res.end())
       res.content_length(body);
-    if (req.method == http::verb::head) res.body().clear();
-    conn->stream.expires_after(self->opt.write_timeout + std::chrono::seconds(body >> 20));
-    auto [ec, n] = co_await http::async_write(conn->stream, res, kTuple);
+    if (req.method == http::verb::head) {
+      res.body().clear();
+      r.body = std::monostate{};
+    }
+    const auto deadline = std::chrono::steady_clock::now() + self->opt.write_timeout + std::chrono::seconds(body >> 20);
+    conn->stream.expires_at(deadline);
+    Sent sent;
+    if (std::holds_alternative<std::monostate>(r.body)) {
+      auto [ec, n] = co_await http::async_write(conn->stream, res, kTuple);
+      sent = {ec, n};
+    } else {
+      std::string head = header_text(res);
+      if (auto* file = std::get_if<FileBody>(&r.body))
+        sent = co_await send_file(self, conn, std::move(head), std::move(*file), deadline);
+      else
+        sent = co_await send_slice(self, conn, std::move(head), std::move(std::get<SliceBody>(r.body)));
+      if (sent.ec) self->metrics.response_aborted();
+    }
+    const auto ec = sent.ec;
     if (ec == beast::error::timeout) self->metrics.timed_out();
-    if (counted) self->metrics.request_finished(r.route, res.result_int(), n);
-    else self->metrics.response_without_request(r.route, res.result_int(), n);
+    if (counted) self->metrics.request_finished(r.route, res.result_int(), sent.bytes);
+    else self->metrics.response_without_request(r.route, res.result_int(), sent.bytes);
     if (self->opt.access_log)
       if (auto log = spdlog::get("access"))
         log->info("{} \"{} {}\" {} {} {:.3f}ms{}", peer.address().to_string(), std::string(http::to_string(req.method)),
-                  req.target, res.result_int(), n,
+                  req.target, res.result_int(), sent.bytes,
                   std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count(),
                   ec ? " (" + ec.message() + ")" : "");
     co_return !ec;
   }
 
+  // The status line and fields of `res` as Beast serializes them.
+  static std::string header_text(Response& res) {
+    http::response_serializer<Response::body_type> sr{res};
+    sr.split(true);
+    std::string out;
+    boost::system::error_code ec;
+    while (!ec && !sr.is_header_done())
+      sr.next(ec, [&](boost::system::error_code&, const auto& buffers) {
+        for (const auto b : beast::buffers_range_ref(buffers)) out.append(static_cast<const char*>(b.data()), b.size());
+        sr.consume(beast::buffer_bytes(buffers));
+      });
+    return out;
+  }
+
+  // Writes `head` and the pieces of `body`: texts through the stream,
+  // file ranges by sendfile(2) from the page cache to the socket (no copy in
+  // user space; at most kSendfileStep per call, then the loop runs others).
+  // TCP_CORK holds partial frames until the end. A socket that takes no
+  // more waits on the loop until writable, up to `deadline`.
+  static awaitable<Sent> send_file(std::shared_ptr<Impl> self, std::shared_ptr<Conn> conn, std::string head,
+                                   FileBody body, std::chrono::steady_clock::time_point deadline) {
+    auto& sock = conn->stream.socket();
+    const int sfd = sock.native_handle();
+    Sent sent;
+    boost::system::error_code ec;
+    if (!sock.native_non_blocking()) sock.native_non_blocking(true, ec);
+    const int on = 1, off = 0;
+    ::setsockopt(sfd, IPPROTO_TCP, TCP_CORK, &on, sizeof on);
+    ::posix_fadvise(body.file->fd(), 0, 0, POSIX_FADV_SEQUENTIAL);
+    // The write deadline: the stream's own timer covers its writes; this one
+    // the waits for writability, which go to the socket directly.
+    conn->timer.expires_at(deadline);
+    auto expire = [conn](boost::system::error_code tec) {
+      if (tec) return;
+      conn->timed_out = true;
+      boost::system::error_code ignored;
+      conn->stream.socket().cancel(ignored);
+    };
+    conn->timed_out = false;
+    conn->timer.async_wait(std::move(expire));
+    std::string pending = std::move(head);
+    for (std::size_t i = 0; !sent.ec && i <= body.pieces.size(); ++i) {
+      if (i < body.pieces.size() && !body.pieces[i].text.empty()) {
+        pending += body.pieces[i].text;
+        continue;
+      }
+      if (!pending.empty()) {
+        auto [wec, n] = co_await asio::async_write(conn->stream, asio::buffer(pending), kTuple);
+        sent.bytes += n;
+        sent.ec = wec;
+        pending.clear();
+      }
+      if (i == body.pieces.size() || sent.ec) break;
+      off_t at = static_cast<off_t>(body.pieces[i].offset);
+      std::uint64_t left = body.pieces[i].length;
+      while (left > 0) {
+        const ssize_t n = ::sendfile(sfd, body.file->fd(), &at, std::min(left, kSendfileStep));
+        if (n > 0) {
+          left -= static_cast<std::uint64_t>(n);
+          sent.bytes += static_cast<std::uint64_t>(n);
+          self->metrics.sent_from_file(static_cast<std::uint64_t>(n));
+          if (left > 0) co_await asio::post(conn->stream.get_executor(), use_awaitable);  // let others run
+          continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+          auto [wec] = co_await sock.async_wait(tcp::socket::wait_write, kTuple);
+          if (wec) {
+            sent.ec = conn->timed_out ? make_error_code(beast::error::timeout) : wec;
+            break;
+          }
+          continue;
+        }
+        // The file shrank under us (n == 0) or the socket failed: the
+        // response cannot be completed, so the connection ends.
+        sent.ec = n == 0 ? make_error_code(asio::error::eof) : boost::system::error_code(errno, boost::system::system_category());
+        break;
+      }
+    }
+    conn->timer.cancel();
+    ::setsockopt(sfd, IPPROTO_TCP, TCP_CORK, &off, sizeof off);
+    co_return sent;
+  }
+
+  // Writes `head`, the .npy header and the slabs of `body` in order, each
+  // written while the next is decoded in the codec pool (two slabs in memory
+  // at most). A slab that fails to decode after the header went out can
+  // only end the connection: the client sees a short body.
+  static awaitable<Sent> send_slice(std::shared_ptr<Impl> self, std::shared_ptr<Conn> conn, std::string head,
+                                    SliceBody body) {
+    Sent sent;
+    head += body.npy_header;
+    Bytes current = std::move(body.first), next;
+    const std::size_t slabs = body.cuts.size() - 1;
+    for (std::size_t k = 0; k < slabs && !sent.ec; ++k) {
+      std::array<asio::const_buffer, 2> out{asio::buffer(head), asio::buffer(current.data(), current.size())};
+      if (k + 1 == slabs) {
+        auto [ec, n] = co_await asio::async_write(conn->stream, out, kTuple);
+        sent.bytes += n;
+        sent.ec = ec;
+        break;
+      }
+      const Region region = body.slab(k + 1);
+      next.resize((body.cuts[k + 2] - body.cuts[k + 1]) * body.row_bytes);
+      const MutableByteSpan into(next);
+      auto write = asio::async_write(conn->stream, out, asio::deferred);
+      auto decode = asio::co_spawn(conn->stream.get_executor(), body.array.read(region, into), asio::deferred);
+      auto group = asio::experimental::make_parallel_group(std::move(write), std::move(decode));
+      auto [order, ec, n, failure] = co_await group.async_wait(asio::experimental::wait_for_all(), use_awaitable);
+      sent.bytes += n;
+      sent.ec = ec;
+      if (failure && !ec) {
+        try {
+          std::rethrow_exception(failure);
+        } catch (const std::exception& e) {
+          spdlog::warn("server: slice of '{}' failed after its header was sent: {}", body.array.path(), e.what());
+        }
+        sent.ec = make_error_code(asio::error::connection_aborted);
+      }
+      head.clear();
+      std::swap(current, next);
+    }
+    co_return sent;
+  }
+
   // -- routes --
 
-  awaitable<Reply> handle(http::verb method, std::string target_text, std::string range, std::string if_none_match,
+  awaitable<Reply> handle(http::verb method, std::string target_text, Preconditions pre,
                           std::string cors_request_headers) {
     const auto target = parse_target(target_text);
     if (!target) co_return reply("invalid", text(http::status::bad_request, "bad request target"));
@@ -513,8 +717,8 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
       co_return r;
     }
     const bool head = method == http::verb::head;
-    Response res = co_await get_key(path, head, std::move(range), std::move(if_none_match));
-    co_return reply("key", std::move(res));
+    Reply r = co_await get_key(path, head, std::move(pre));
+    co_return r;
   }
 
   static Response preflight(const std::string& request_headers) {
@@ -525,72 +729,119 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
     return res;
   }
 
-  // A store key: GET or HEAD, with Range and If-None-Match.
-  awaitable<Response> get_key(std::string key, bool head, std::string range, std::string if_none_match) {
-    if (key.empty()) co_return not_found();
-    if (auto why = key_problem(key)) co_return text(http::status::bad_request, "invalid path: " + *why);
-    // The store validates the key and refuses symlinks out of the root. A plain
-    // GET reads at once; the others check existence before looking at the file.
-    const bool plain = !head && range.empty() && if_none_match.empty();
-    std::optional<Bytes> value;
-    bool found = false;
+  // A store key: GET or HEAD, with Range (one or several), If-Range,
+  // If-None-Match and If-Modified-Since (RFC 9110 13.2.2: the latter only
+  // without the former). The file is opened once; its descriptor gives the
+  // validators and the bytes, so they always agree. Small bodies are read
+  // into memory where the page cache has them; others leave by sendfile.
+  awaitable<Reply> get_key(std::string key, bool head, Preconditions pre) {
+    if (key.empty()) co_return reply("key", not_found());
+    if (auto why = key_problem(key)) co_return reply("key", text(http::status::bad_request, "invalid path: " + *why));
+    std::shared_ptr<const FilesystemStore::OpenFile> file;
     try {
-      if (plain) {
-        value = co_await store->get(key);
-        found = value.has_value();
-      } else {
-        found = co_await store->exists(key);
-      }
+      if (auto f = store->open_file(key)) file = std::make_shared<const FilesystemStore::OpenFile>(std::move(*f));
     } catch (const Error& e) {
       spdlog::debug("server: key '{}': {}", key, e.what());  // symlink escape, unreadable: a 404 to the client
     }
-    if (!found) co_return not_found();
-    const auto info = file_info(store->root() / key);
-    if (!info) co_return not_found();
+    if (!file) co_return reply("key", not_found());
 
+    const std::string etag = etag_of(*file);
+    const std::string last_modified = http_date(file->modified());
+    const auto modified_s = std::chrono::floor<std::chrono::seconds>(file->modified());
     Response res = respond(http::status::ok, is_metadata_key(key) ? "application/json" : "application/octet-stream");
     res.set(http::field::accept_ranges, "bytes");
-    res.set(http::field::etag, info->etag);
-    res.set(http::field::last_modified, info->last_modified);
-    if (plain) {
-      res.body() = std::move(*value);
-      co_return res;
+    res.set(http::field::etag, etag);
+    res.set(http::field::last_modified, last_modified);
+
+    bool not_modified = false;
+    if (!pre.if_none_match.empty()) {
+      not_modified = etag_matches(pre.if_none_match, etag);
+    } else if (!pre.if_modified_since.empty()) {
+      const auto since = parse_http_date(pre.if_modified_since);
+      not_modified = since && modified_s <= *since;
     }
-    if (!if_none_match.empty() && etag_matches(if_none_match, info->etag)) {
+    if (not_modified) {
       res.result(http::status::not_modified);
       res.erase(http::field::content_type);
-      co_return res;
+      co_return reply("key", std::move(res));
     }
-    const RangeResult rr = range.empty() ? RangeResult{} : resolve_range(range, info->size);
-    if (rr.kind == RangeResult::Kind::malformed || rr.kind == RangeResult::Kind::unsatisfiable) {
-      Response bad = text(http::status::range_not_satisfiable, rr.kind == RangeResult::Kind::malformed
-                                                                   ? "malformed Range header"
-                                                                   : "range not satisfiable");
-      bad.set(http::field::content_range, "bytes */" + std::to_string(info->size));
-      co_return bad;
+
+    // If-Range: the ranges apply only to the representation the client has
+    // (a strong ETag, or exactly the Last-Modified date); otherwise all of it.
+    bool use_range = !pre.range.empty();
+    if (use_range && !pre.if_range.empty()) {
+      const std::string_view v = pre.if_range;
+      if (v.starts_with('"') || v.starts_with("W/")) use_range = v == etag;
+      else use_range = parse_http_date(v) == std::optional(modified_s);
     }
-    const bool partial = rr.kind == RangeResult::Kind::partial;
-    const std::uint64_t first = partial ? rr.first : 0;
-    const std::uint64_t length = partial ? rr.last - rr.first + 1 : info->size;
-    if (partial) {
+    const RangeSet rs = use_range ? resolve_ranges(pre.range, file->size()) : RangeSet{};
+    if (rs.kind == RangeSet::Kind::malformed || rs.kind == RangeSet::Kind::unsatisfiable) {
+      Response bad = text(http::status::range_not_satisfiable,
+                          rs.kind == RangeSet::Kind::malformed ? "malformed Range header" : "range not satisfiable");
+      bad.set(http::field::accept_ranges, "bytes");
+      bad.set(http::field::content_range, "bytes */" + std::to_string(file->size()));
+      co_return reply("key", std::move(bad));
+    }
+
+    FileBody body{file, {}};
+    const std::string total = "/" + std::to_string(file->size());
+    auto content_range = [&](const RangeSet::Range& r) {
+      return "bytes " + std::to_string(r.first) + "-" + std::to_string(r.last) + total;
+    };
+    if (rs.kind != RangeSet::Kind::partial) {
+      body.pieces.push_back({{}, 0, file->size()});
+    } else if (rs.ranges.size() == 1) {
       res.result(http::status::partial_content);
-      res.set(http::field::content_range, "bytes " + std::to_string(first) + "-" + std::to_string(first + length - 1) +
-                                              "/" + std::to_string(info->size));
+      res.set(http::field::content_range, content_range(rs.ranges[0]));
+      body.pieces.push_back({{}, rs.ranges[0].first, rs.ranges[0].length()});
+    } else {  // multipart/byteranges (RFC 9110 14.6)
+      const std::string type(res[http::field::content_type]);
+      res.result(http::status::partial_content);
+      res.set(http::field::content_type, "multipart/byteranges; boundary=" + std::string(kBoundary));
+      for (std::size_t i = 0; i < rs.ranges.size(); ++i) {
+        std::string part = (i ? "\r\n--" : "--") + std::string(kBoundary) + "\r\nContent-Type: " + type +
+                           "\r\nContent-Range: " + content_range(rs.ranges[i]) + "\r\n\r\n";
+        body.pieces.push_back({std::move(part), 0, 0});
+        body.pieces.push_back({{}, rs.ranges[i].first, rs.ranges[i].length()});
+      }
+      body.pieces.push_back({"\r\n--" + std::string(kBoundary) + "--\r\n", 0, 0});
     }
-    if (head) {
-      res.content_length(length);
-      co_return res;
+    const std::uint64_t length = body.size();
+    res.content_length(length);
+    if (head) co_return reply("key", std::move(res));
+    if (length > kInMemoryBody) co_return Reply{"key", std::move(res), nullptr, std::move(body)};
+
+    // Small: the pieces in memory, from the page cache at once, or through
+    // the store (io_uring) from the same file version when the disk must wait.
+    auto& out = res.body();
+    out.resize(length);
+    std::size_t at = 0;
+    for (const auto& p : body.pieces) {
+      if (!p.text.empty()) {
+        std::memcpy(out.data() + at, p.text.data(), p.text.size());
+        at += p.text.size();
+        continue;
+      }
+      iovec iov{out.data() + at, static_cast<std::size_t>(p.length)};
+      const ssize_t n = ::preadv2(file->fd(), &iov, 1, static_cast<off_t>(p.offset), RWF_NOWAIT);
+      if (n != static_cast<ssize_t>(p.length)) {
+        ReadOptions ro{ByteRange::from(p.offset, p.length), file->generation()};
+        ReadResult rr;
+        try {
+          rr = co_await store->read(key, ro);
+        } catch (const Error& e) {
+          spdlog::debug("server: key '{}': {}", key, e.what());
+        }
+        if (!rr.value || rr.value->size() != p.length) {  // replaced or shrunk meanwhile: ask again
+          Response busy = text(http::status::service_unavailable, "the value changed while it was read; retry");
+          busy.set(http::field::retry_after, "0");
+          co_return reply("key", std::move(busy));
+        }
+        std::memcpy(out.data() + at, rr.value->data(), p.length);
+      }
+      at += p.length;
     }
-    try {
-      const ByteRange wanted = partial ? ByteRange::from(first, length) : ByteRange::all();
-      value = co_await store->get(key, wanted);
-    } catch (const Error& e) {
-      spdlog::debug("server: key '{}': {}", key, e.what());
-      value.reset();
-    }
-    if (!value || value->size() != length) co_return not_found();  // vanished or changed meanwhile
-    res.body() = std::move(*value);
-    co_return res;
+    co_return reply("key", std::move(res));
   }
 
   // GET /api/v1/<node>/info
@@ -662,28 +913,50 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
       co_return fail(http::status::bad_request,
                      "region too large: " + (nbytes ? std::to_string(*nbytes) + " bytes" : std::string("overflow")) +
                          ", the limit is " + std::to_string(opt.max_response_bytes) + " bytes");
-    // Reserve the response's memory in the server-wide budget until it is sent.
-    if (slice_bytes.fetch_add(*nbytes) + *nbytes > opt.slice_memory) {
-      slice_bytes.fetch_sub(*nbytes);
+    SliceBody body{array, region, std::move(header), slab_cuts(array, region, *nbytes), 0, {}};
+    body.row_bytes = region.start.empty() || shape[0] == 0 ? *nbytes : *nbytes / shape[0];
+    // Reserve the memory of the two slabs in flight in the server-wide budget
+    // until the response is sent.
+    std::uint64_t largest = 0;
+    for (std::size_t k = 0; k + 1 < body.cuts.size(); ++k)
+      largest = std::max(largest, (body.cuts[k + 1] - body.cuts[k]) * body.row_bytes);
+    const std::uint64_t reserved = std::min(*nbytes, 2 * largest);
+    if (!metrics.reserve_slice_memory(reserved, opt.slice_memory)) {
       Response busy = text(http::status::service_unavailable, "busy: too many large slices in flight");
       busy.set(http::field::retry_after, "1");
       co_return reply("slice", std::move(busy));
     }
-    std::shared_ptr<void> hold(nullptr, [self = shared_from_this(), n = *nbytes](void*) { self->slice_bytes -= n; });
-
-    Response res = respond(http::status::ok, "application/octet-stream");
-    res.body().resize(header.size() + *nbytes);
-    std::memcpy(res.body().data(), header.data(), header.size());
-    try {  // decoded in the codec pool, straight into the response body
-      const MutableByteSpan out = MutableByteSpan(res.body()).subspan(header.size());
-      co_await array.read(region, out);
+    std::shared_ptr<void> hold(nullptr, [self = shared_from_this(), reserved](void*) {
+      self->metrics.release_slice_memory(reserved);
+    });
+    try {  // slab 0, decoded in the codec pool
+      body.first.resize((body.cuts[1] - body.cuts[0]) * body.row_bytes);
+      const Region first = body.slab(0);
+      co_await array.read(first, MutableByteSpan(body.first));
     } catch (const Error& e) {
       failure = error_response(e);
     }
     if (failure) co_return reply("slice", std::move(*failure));
+    Response res = respond(http::status::ok, "application/octet-stream");
     res.set("X-Shape", join(shape));
     res.set("X-Dtype", std::string(array.dtype().name()));
-    co_return Reply{"slice", std::move(res), std::move(hold)};
+    co_return Reply{"slice", std::move(res), std::move(hold), std::move(body)};
+  }
+
+  // Where a slice of `nbytes` is cut into slabs along its first dimension:
+  // at chunk boundaries (a chunk is decoded once), about kSlabBytes each.
+  static std::vector<std::uint64_t> slab_cuts(const Array& array, const Region& region, std::uint64_t nbytes) {
+    if (region.start.empty()) return {0, 1};  // rank 0: one element, one slab
+    if (region.stop[0] == region.start[0]) return {region.start[0], region.start[0]};  // one empty slab
+    const std::uint64_t rows = region.stop[0] - region.start[0];
+    const std::uint64_t chunk = array.metadata().chunk_shape[0];
+    const std::uint64_t row_bytes = nbytes / rows;
+    const std::uint64_t chunks_per_slab = std::max<std::uint64_t>(1, kSlabBytes / std::max<std::uint64_t>(1, row_bytes * chunk));
+    std::vector<std::uint64_t> cuts{region.start[0]};
+    std::uint64_t at = (region.start[0] / chunk + chunks_per_slab) * chunk;
+    for (; at < region.stop[0]; at += chunks_per_slab * chunk) cuts.push_back(at);
+    cuts.push_back(region.stop[0]);
+    return cuts;
   }
 
   // -- shutdown --

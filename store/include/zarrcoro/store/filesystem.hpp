@@ -49,12 +49,16 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/thread_pool.hpp>
 
 #include <zarrcoro/store.hpp>
+
+struct stat;  // <sys/stat.h>
 
 namespace zarrcoro {
 
@@ -117,6 +121,36 @@ class FilesystemStore : public Store {
   awaitable<std::optional<Generation>> write(std::string key, std::optional<Bytes> value,
                                              WriteOptions options) override;
 
+  // A regular file held open for serving it without copying it through user
+  // space (sendfile(2), splice(2)): a read-only descriptor, closed by the
+  // destructor, with what fstat said when it was opened. Move-only. The file
+  // is the value the key held at open: a later write renames a new file over
+  // the key and leaves this one intact.
+  class OpenFile {
+   public:
+    OpenFile(int fd, std::uint64_t size, Generation generation, std::chrono::system_clock::time_point modified)
+        : fd_(fd), size_(size), generation_(std::move(generation)), modified_(modified) {}
+    OpenFile(OpenFile&& o) noexcept
+        : fd_(std::exchange(o.fd_, -1)), size_(o.size_), generation_(std::move(o.generation_)), modified_(o.modified_) {}
+    OpenFile& operator=(OpenFile&&) = delete;
+    ~OpenFile();
+    int fd() const { return fd_; }
+    std::uint64_t size() const { return size_; }          // bytes
+    const Generation& generation() const { return generation_; }  // as read() reports it
+    std::chrono::system_clock::time_point modified() const { return modified_; }  // st_mtim, in ns
+
+   private:
+    int fd_;
+    std::uint64_t size_;
+    Generation generation_;
+    std::chrono::system_clock::time_point modified_;
+  };
+  // Opens the file at `key` as a read does (same key validation, same
+  // symlink rules), on the calling thread: one open and one fstat, no read.
+  // Success: the open file, or nullopt if no regular file is at the key.
+  // Failure: InvalidArgument (bad key), StoreError (I/O error, symlink escape).
+  std::optional<OpenFile> open_file(const std::string& key) const;
+
   // True while file contents move through io_uring; false when using the
   // blocking fallback pool.
   bool uses_io_uring() const { return uring_.load(std::memory_order_relaxed); }
@@ -130,7 +164,7 @@ class FilesystemStore : public Store {
   int open_beneath(const std::string& key, const std::string& path, int flags, mode_t mode = 0) const;
   int open_dir(const std::string& key, const std::string& dir, bool create) const;
   std::filesystem::path resolve(const std::string& key) const;
-  int open_for_read(const std::string& key, std::uint64_t& size, Generation& generation) const;
+  int open_for_read(const std::string& key, struct ::stat& st) const;
   int open_checked(const std::string& key, const ReadOptions& options, std::uint64_t& size,
                    ReadResult& result) const;
   Generation generation_at(const std::string& key, int dir_fd, const std::string& name) const;
