@@ -366,6 +366,61 @@ std::string quote(const std::string& s) {
   return q + "'";
 }
 
+// The value of the sample `name` (with its labels) in a /metrics text; -1 if absent.
+double metric_value(const std::string& text, const std::string& name) {
+  const auto at = text.find("\n" + name + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + name.size() + 2));
+}
+
+double metric_now(unsigned short port, const std::string& name) { return metric_value(get(port, "/metrics").body(), name); }
+
+// Waits (up to a scaled bound) until `ok(value of metric)` holds; returns the last value.
+template <class Ok>
+double wait_for_metric(unsigned short port, const std::string& name, Ok ok) {
+  const auto until = std::chrono::steady_clock::now() + test::scaled(10s);
+  double v = metric_now(port, name);
+  while (!ok(v) && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(10ms);
+    v = metric_now(port, name);
+  }
+  return v;
+}
+
+// The parts of a multipart/byteranges body: (Content-Range, bytes).
+std::vector<std::pair<std::string, std::string>> multipart(const Resp& r) {
+  const std::string type(r[http::field::content_type]);
+  const std::string prefix = "multipart/byteranges; boundary=";
+  REQUIRE(type.starts_with(prefix));
+  const std::string delimiter = "--" + type.substr(prefix.size());
+  const std::string& body = r.body();
+  std::vector<std::pair<std::string, std::string>> parts;
+  std::size_t at = 0;
+  for (;;) {
+    REQUIRE(body.compare(at, delimiter.size(), delimiter) == 0);
+    at += delimiter.size();
+    if (body.compare(at, 4, "--\r\n") == 0) {
+      CHECK(at + 4 == body.size());
+      return parts;
+    }
+    const auto end = body.find("\r\n\r\n", at);
+    REQUIRE(end != std::string::npos);
+    const std::string head = body.substr(at, end - at);
+    const auto cr = head.find("Content-Range: bytes ");
+    REQUIRE(cr != std::string::npos);
+    const std::string range = head.substr(cr + 21, head.find("\r\n", cr) == std::string::npos
+                                                         ? std::string::npos
+                                                         : head.find("\r\n", cr) - cr - 21);
+    const auto dash = range.find('-'), slash = range.find('/');
+    const std::size_t first = std::stoull(range.substr(0, dash)), last = std::stoull(range.substr(dash + 1, slash));
+    at = end + 4;
+    parts.emplace_back(range, body.substr(at, last - first + 1));
+    at += last - first + 1;
+    REQUIRE(body.compare(at, 2, "\r\n") == 0);
+    at += 2;
+  }
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -917,6 +972,186 @@ TEST_CASE("server: metrics count requests by route and status, and show the loop
     REQUIRE(space != std::string::npos);
     CHECK_NOTHROW(std::stod(line.substr(space + 1)));
   }
+}
+
+// ---------------------------------------------------------------------------
+// Large values: sendfile, every range form, streamed slices.
+
+TEST_CASE("server: every range form on a file over 16 MiB returns the exact bytes (sendfile)") {
+  TestServer s;
+  const std::size_t n = (std::size_t{16} << 20) + 12345;
+  const std::string data = pattern(n);
+  write_file(s.root() / "big", data);
+  write_file(s.root() / "small", pattern(1000));
+  Client c(s.port());
+  const double sendfile_before = metric_now(s.port(), "zarrcoro_http_sendfile_bytes_total");
+
+  auto r = c.get("/big");
+  REQUIRE(r.result_int() == 200);
+  CHECK(r.body() == data);
+  CHECK(r[http::field::accept_ranges] == "bytes");
+  const std::string etag(r[http::field::etag]), modified(r[http::field::last_modified]);
+  const std::string total = "/" + std::to_string(n);
+
+  struct Case {
+    std::string range;
+    std::size_t first, length;
+  };
+  const std::size_t step = 128 << 10;  // a sendfile step: ranges across its boundaries too
+  for (const Case& k : {Case{"bytes=0-0", 0, 1}, Case{"bytes=0-", 0, n}, Case{"bytes=5-", 5, n - 5},
+                        Case{"bytes=-1", n - 1, 1}, Case{"bytes=-100000", n - 100000, 100000},
+                        Case{"bytes=-99999999", 0, n}, Case{"bytes=1000-17000000", 1000, n - 1000},
+                        Case{"bytes=" + std::to_string(step - 1) + "-" + std::to_string(3 * step), step - 1, 2 * step + 2},
+                        Case{"bytes=16777216-16777300", 16777216, 85},
+                        Case{"bytes=" + std::to_string(n - 1) + "-" + std::to_string(n - 1), n - 1, 1}}) {
+    INFO(k.range);
+    r = c.get("/big", {{"Range", k.range}});
+    REQUIRE(r.result_int() == 206);
+    CHECK(r[http::field::content_length] == std::to_string(k.length));
+    CHECK(r[http::field::content_range] ==
+          "bytes " + std::to_string(k.first) + "-" + std::to_string(k.first + k.length - 1) + total);
+    CHECK(r.body() == data.substr(k.first, k.length));
+    r = c.get("/big", {{"Range", k.range}}, "HEAD");
+    CHECK(r.result_int() == 206);
+    CHECK(r[http::field::content_length] == std::to_string(k.length));
+  }
+
+  // Several ranges: multipart/byteranges, in the order asked, exact bytes and lengths.
+  const std::string ranges = "bytes=0-9, 16777216-16777300, -5, 131071-131073";
+  r = c.get("/big", {{"Range", ranges}});
+  REQUIRE(r.result_int() == 206);
+  CHECK(r[http::field::content_length] == std::to_string(r.body().size()));
+  const auto parts = multipart(r);
+  REQUIRE(parts.size() == 4);
+  CHECK(parts[0] == std::pair{"0-9" + total, data.substr(0, 10)});
+  CHECK(parts[1] == std::pair{"16777216-16777300" + total, data.substr(16777216, 85)});
+  CHECK(parts[2] == std::pair{std::to_string(n - 5) + "-" + std::to_string(n - 1) + total, data.substr(n - 5)});
+  CHECK(parts[3] == std::pair{"131071-131073" + total, data.substr(131071, 3)});
+  const auto head = c.get("/big", {{"Range", ranges}}, "HEAD");
+  CHECK(head[http::field::content_length] == std::to_string(r.body().size()));
+  CHECK(head[http::field::content_type] == r[http::field::content_type]);
+  // The same on a small file (read into memory, not sendfile).
+  r = c.get("/small", {{"Range", "bytes=1-2,-3"}});
+  REQUIRE(r.result_int() == 206);
+  const auto small = multipart(r);
+  REQUIRE(small.size() == 2);
+  CHECK(small[0] == std::pair{std::string("1-2/1000"), pattern(1000).substr(1, 2)});
+  CHECK(small[1] == std::pair{std::string("997-999/1000"), pattern(1000).substr(997)});
+
+  // If-Range: the range applies to the representation the client holds.
+  r = c.get("/big", {{"Range", "bytes=10-19"}, {"If-Range", etag}});
+  CHECK(r.result_int() == 206);
+  CHECK(r.body() == data.substr(10, 10));
+  r = c.get("/big", {{"Range", "bytes=10-19"}, {"If-Range", modified}});
+  CHECK(r.result_int() == 206);
+  r = c.get("/big", {{"Range", "bytes=10-19"}, {"If-Range", "\"stale\""}});
+  CHECK(r.result_int() == 200);
+  CHECK(r.body().size() == n);
+  r = c.get("/big", {{"Range", "bytes=10-19"}, {"If-Range", "W/" + etag}});  // weak: never a match
+  CHECK(r.result_int() == 200);
+  r = c.get("/big", {{"Range", "bytes=10-19"}, {"If-Range", "Sun, 06 Nov 1994 08:49:37 GMT"}});
+  CHECK(r.result_int() == 200);
+
+  // If-Modified-Since, and If-None-Match taking precedence over it.
+  r = c.get("/big", {{"If-Modified-Since", modified}});
+  CHECK(r.result_int() == 304);
+  CHECK(r.body().empty());
+  CHECK(r[http::field::etag] == etag);
+  r = c.get("/big", {{"If-Modified-Since", "Sun, 06 Nov 1994 08:49:37 GMT"}}, "HEAD");
+  CHECK(r.result_int() == 200);
+  CHECK(r[http::field::content_length] == std::to_string(n));
+  r = c.get("/big", {{"If-Modified-Since", modified}, {"If-None-Match", "\"other\""}}, "HEAD");
+  CHECK(r.result_int() == 200);
+  r = c.get("/big", {{"If-Modified-Since", "not a date"}}, "HEAD");
+  CHECK(r.result_int() == 200);
+  r = c.get("/big", {{"Range", "bytes=" + std::to_string(n) + "-"}});
+  CHECK(r.result_int() == 416);
+  CHECK(r[http::field::content_range] == "bytes *" + total);
+  CHECK(r[http::field::accept_ranges] == "bytes");
+
+  // The large bodies left by sendfile, not through a buffer.
+  CHECK(metric_now(s.port(), "zarrcoro_http_sendfile_bytes_total") - sendfile_before >= 2.0 * n);
+}
+
+// A 2048 x 2048 int32 array (16 MiB) in 256 x 256 chunks: slabs of 2 chunk
+// rows (4 MiB), so a whole-array slice holds 8 MiB, not 16.
+constexpr std::uint64_t kSlabBytes = std::uint64_t{4} << 20;
+
+TEST_CASE("server: a slice to a slow client streams with back-pressure: two slabs in memory, /healthz answers") {
+  TestServer s;
+  const NdArray ints = write_ints(s, "ints", {2048, 2048}, {256, 256});
+  write_file(s.root() / "big", pattern((std::size_t{32} << 20) + 1));
+  Client slow(s.port());
+  slow.send("GET /api/v1/ints?format=raw HTTP/1.1\r\nHost: t\r\n\r\n");
+  Client slow_file(s.port());
+  slow_file.send("GET /big HTTP/1.1\r\nHost: t\r\n\r\n");
+  // Neither client reads: the socket buffers fill and the server waits.
+  const double held = wait_for_metric(s.port(), "zarrcoro_http_slice_memory_bytes", [](double v) { return v > 0; });
+  CHECK(held == 2.0 * kSlabBytes);
+  for (int i = 0; i < 20; ++i) {  // answered while both responses are stuck
+    const auto h = get(s.port(), "/healthz");
+    CHECK(h.body() == "ok\n");
+  }
+  CHECK(metric_now(s.port(), "zarrcoro_http_slice_memory_bytes") == 2.0 * kSlabBytes);
+  const auto r = slow.read();
+  REQUIRE(r.result_int() == 200);
+  CHECK(r[http::field::content_length] == std::to_string(ints.data.size()));
+  CHECK(r.body() == as_string(ints.data));
+  const auto f = slow_file.read();
+  CHECK(f.body() == pattern((std::size_t{32} << 20) + 1));
+  CHECK(wait_for_metric(s.port(), "zarrcoro_http_slice_memory_bytes", [](double v) { return v == 0; }) == 0);
+  CHECK(metric_now(s.port(), "zarrcoro_http_responses_aborted_total") == 0);
+}
+
+TEST_CASE("server: slices of every shape stream exactly: partial slabs, unaligned starts, npy, one row") {
+  TestServer s;
+  const NdArray ints = write_ints(s, "ints", {2048, 2048}, {256, 256});
+  auto expect = [&](std::uint64_t r0, std::uint64_t r1, std::uint64_t c0, std::uint64_t c1) {
+    std::string out;
+    const auto v = std::span(reinterpret_cast<const std::int32_t*>(ints.data.data()), 2048 * 2048);
+    for (std::uint64_t i = r0; i < r1; ++i)
+      out.append(reinterpret_cast<const char*>(&v[i * 2048 + c0]), (c1 - c0) * 4);
+    return out;
+  };
+  Client c(s.port());
+  for (const auto& [r0, r1, c0, c1] : std::vector<std::array<std::uint64_t, 4>>{
+           {0, 2048, 0, 2048}, {1, 2047, 3, 2045}, {255, 1025, 0, 1}, {700, 701, 0, 2048}, {511, 513, 100, 2000}}) {
+    const std::string region = std::to_string(r0) + ":" + std::to_string(r1) + "," + std::to_string(c0) + ":" +
+                               std::to_string(c1);
+    INFO(region);
+    auto r = c.get("/api/v1/ints?format=raw&region=" + region);
+    REQUIRE(r.result_int() == 200);
+    CHECK(r.body() == expect(r0, r1, c0, c1));
+    r = c.get("/api/v1/ints?region=" + region);  // npy: the header, then the same bytes
+    REQUIRE(r.result_int() == 200);
+    const std::vector<std::uint64_t> shape{r1 - r0, c1 - c0};
+    const std::string header = npy_header(DataTypeKind::int32, shape);
+    CHECK(r.body() == header + expect(r0, r1, c0, c1));
+    CHECK(r[http::field::content_length] == std::to_string(r.body().size()));
+  }
+}
+
+TEST_CASE("server: a client that disconnects mid-body releases the response, counted in /metrics") {
+  TestServer s;
+  write_ints(s, "ints", {2048, 2048}, {256, 256});
+  write_file(s.root() / "big", pattern(std::size_t{32} << 20));
+  {
+    Client a(s.port()), b(s.port());
+    a.send("GET /api/v1/ints?format=raw HTTP/1.1\r\nHost: t\r\n\r\n");
+    b.send("GET /big HTTP/1.1\r\nHost: t\r\n\r\n");
+    REQUIRE(a.readable(test::scaled(10s)));
+    REQUIRE(b.readable(test::scaled(10s)));
+    char some[1000];
+    a.sock.read_some(asio::buffer(some));
+    b.sock.read_some(asio::buffer(some));
+    const linger hard{1, 0};  // close with a reset, as a crashed client would
+    ::setsockopt(a.sock.native_handle(), SOL_SOCKET, SO_LINGER, &hard, sizeof hard);
+    ::setsockopt(b.sock.native_handle(), SOL_SOCKET, SO_LINGER, &hard, sizeof hard);
+  }
+  CHECK(wait_for_metric(s.port(), "zarrcoro_http_responses_aborted_total", [](double v) { return v >= 2; }) == 2);
+  CHECK(wait_for_metric(s.port(), "zarrcoro_http_slice_memory_bytes", [](double v) { return v == 0; }) == 0);
+  CHECK(wait_for_metric(s.port(), "zarrcoro_http_connections", [](double v) { return v == 1; }) == 1);  // /metrics' own
+  CHECK(get(s.port(), "/healthz").body() == "ok\n");
 }
 
 // ---------------------------------------------------------------------------

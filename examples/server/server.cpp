@@ -12,6 +12,7 @@
 #include <charconv>
 #include <csignal>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -24,6 +25,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
@@ -115,7 +117,7 @@ bool is_metadata_key(std::string_view key) {
 // one system call; larger ones leave through sendfile(2).
 constexpr std::uint64_t kInMemoryBody = 64 << 10;
 // One sendfile(2) call moves at most this much before the loop runs others.
-constexpr std::uint64_t kSendfileStep = 1 << 20;
+constexpr std::uint64_t kSendfileStep = 128 << 10;
 // A streamed slice's slabs aim at this size (whole chunk rows, at least one).
 constexpr std::uint64_t kSlabBytes = 4 << 20;
 
@@ -127,6 +129,9 @@ std::string etag_of(const FilesystemStore::OpenFile& f) {
                 static_cast<unsigned long long>(f.size()));
   return etag;
 }
+
+// Opened arrays kept (the cache is emptied when it would grow past this).
+constexpr std::size_t kMaxCachedArrays = 1024;
 
 // The boundary of multipart/byteranges bodies: not in any part's header.
 constexpr std::string_view kBoundary = "zarrcoro-byteranges-3d9f1c0a7b25e864";
@@ -309,6 +314,12 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
   tcp::endpoint endpoint;
   Metrics metrics;
   std::atomic<bool> stopping{false};
+
+  std::mutex arrays_mu;  // guards arrays
+  std::map<std::string, std::pair<Array, std::chrono::steady_clock::time_point>> arrays;  // path -> (array, until)
+  std::mutex gate_mu;  // guards gate_busy and gate_queue
+  std::size_t gate_busy = 0;
+  std::deque<std::shared_ptr<asio::steady_timer>> gate_queue;
 
   std::mutex mu;  // guards conns and on_stopped
   std::map<Conn*, std::shared_ptr<Conn>> conns;
@@ -878,12 +889,16 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
       co_return fail(http::status::bad_request, "format must be npy or raw, not '" + format + "'");
     if (!path.empty())
       if (auto why = key_problem(path)) co_return fail(http::status::bad_request, "invalid path: " + *why);
-    if (!inside(store->root(), path)) co_return reply("slice", not_found());  // a symlink out of the root
 
+    // A slot among the slices in flight, held until the response is sent.
+    auto slot = co_await enter_slice_gate(shared_from_this());
     std::optional<Response> failure;
     Array array;
     try {
-      array = co_await Array::open(rt, store, path);
+      array = co_await open_array(path);
+    } catch (const StoreError& e) {  // a symlink out of the root, an unreadable file
+      spdlog::debug("server: array '{}': {}", path, e.what());
+      failure = not_found();
     } catch (const Error& e) {
       failure = error_response(e);
     }
@@ -926,7 +941,7 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
       busy.set(http::field::retry_after, "1");
       co_return reply("slice", std::move(busy));
     }
-    std::shared_ptr<void> hold(nullptr, [self = shared_from_this(), reserved](void*) {
+    std::shared_ptr<void> hold(nullptr, [self = shared_from_this(), reserved, slot](void*) {
       self->metrics.release_slice_memory(reserved);
     });
     try {  // slab 0, decoded in the codec pool
@@ -941,6 +956,54 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
     res.set("X-Shape", join(shape));
     res.set("X-Dtype", std::string(array.dtype().name()));
     co_return Reply{"slice", std::move(res), std::move(hold), std::move(body)};
+  }
+
+  // The array at `path`, opened at most opt.metadata_max_age ago.
+  awaitable<Array> open_array(std::string path) {
+    const auto now = std::chrono::steady_clock::now();
+    {
+      std::lock_guard lk(arrays_mu);
+      if (auto it = arrays.find(path); it != arrays.end() && now < it->second.second) co_return it->second.first;
+    }
+    Array array = co_await Array::open(rt, store, path);
+    if (opt.metadata_max_age.count() > 0) {
+      std::lock_guard lk(arrays_mu);
+      if (arrays.size() >= kMaxCachedArrays) arrays.clear();
+      arrays[path] = {array, now + opt.metadata_max_age};
+    }
+    co_return array;
+  }
+
+  // Waits for one of opt.max_slices_in_flight slots (first come, first
+  // served); the slot is given back when the returned handle goes.
+  static awaitable<std::shared_ptr<void>> enter_slice_gate(std::shared_ptr<Impl> self) {
+    std::shared_ptr<asio::steady_timer> wait;
+    const auto ex = co_await asio::this_coro::executor;
+    {
+      std::lock_guard lk(self->gate_mu);
+      if (self->gate_busy < std::max<std::size_t>(1, self->opt.max_slices_in_flight)) {
+        ++self->gate_busy;
+      } else {
+        wait = std::make_shared<asio::steady_timer>(ex, asio::steady_timer::time_point::max());
+        self->gate_queue.push_back(wait);
+      }
+    }
+    if (wait) co_await wait->async_wait(kTuple);  // "cancelled" by leave_slice_gate: the slot is ours
+    co_return std::shared_ptr<void>(nullptr, [self](void*) { self->leave_slice_gate(); });
+  }
+
+  void leave_slice_gate() {
+    std::shared_ptr<asio::steady_timer> next;
+    {
+      std::lock_guard lk(gate_mu);
+      if (gate_queue.empty()) {
+        --gate_busy;
+        return;
+      }
+      next = std::move(gate_queue.front());
+      gate_queue.pop_front();
+    }
+    asio::post(next->get_executor(), [next] { next->cancel(); });
   }
 
   // Where a slice of `nbytes` is cut into slabs along its first dimension:

@@ -45,6 +45,14 @@ struct ServerOptions {
   std::uint64_t max_body_bytes = 64 * 1024;           // request bodies are read and ignored; over it: 413
   std::uint64_t max_response_bytes = std::uint64_t{256} << 20;  // one slice response; over it: 400
   std::uint64_t slice_memory = std::uint64_t{1} << 30;          // all slice responses held at once; over it: 503
+  // Slices between opening their array and their last byte sent; more wait
+  // their turn (first come, first served). Bounds the work the I/O loop has
+  // ready at once, so that other requests (/healthz, small keys) are answered
+  // quickly under a heavy slice load.
+  std::size_t max_slices_in_flight = 8;
+  // An array's metadata is read again when its cached copy is this old (0:
+  // at every slice request).
+  std::chrono::milliseconds metadata_max_age{1'000};
   std::chrono::milliseconds header_timeout{10'000};  // from a request's first byte to the end of its header
   std::chrono::milliseconds body_timeout{10'000};    // to read a request body
   std::chrono::milliseconds idle_timeout{30'000};    // keep-alive: wait for the next request
