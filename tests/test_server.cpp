@@ -1154,6 +1154,37 @@ TEST_CASE("server: a client that disconnects mid-body releases the response, cou
   CHECK(get(s.port(), "/healthz").body() == "ok\n");
 }
 
+TEST_CASE("server: slices beyond max_slices_in_flight wait their turn, then complete exactly") {
+  server::ServerOptions opt;
+  opt.max_slices_in_flight = 1;
+  TestServer s(opt);
+  const NdArray ints = write_ints(s, "ints", {2048, 2048}, {256, 256});
+  Client holder(s.port()), waiter(s.port());
+  holder.send("GET /api/v1/ints?format=raw HTTP/1.1\r\nHost: t\r\n\r\n");  // not read: keeps the slot
+  REQUIRE(wait_for_metric(s.port(), "zarrcoro_http_slice_memory_bytes", [](double v) { return v > 0; }) > 0);
+  waiter.send("GET /api/v1/ints?format=raw&region=0:1,0:4 HTTP/1.1\r\nHost: t\r\n\r\n");
+  CHECK_FALSE(waiter.readable(test::scaled(200ms)));  // queued behind the holder
+  CHECK(get(s.port(), "/healthz").body() == "ok\n");  // other routes do not queue
+  CHECK(holder.read().body() == as_string(ints.data));
+  const auto r = waiter.read();
+  REQUIRE(r.result_int() == 200);
+  CHECK(r.body() == as_string(ints.data).substr(0, 16));
+}
+
+TEST_CASE("server: an array's metadata is reused for metadata_max_age, and read again after it") {
+  for (const auto age : {std::chrono::milliseconds(0), std::chrono::milliseconds(3'600'000)}) {
+    INFO("metadata_max_age " << age.count() << " ms");
+    server::ServerOptions opt;
+    opt.metadata_max_age = age;
+    TestServer s(opt);
+    write_ints(s, "ints", {4, 4}, {2, 2});
+    CHECK(get(s.port(), "/api/v1/ints?format=raw").body().size() == 64);
+    write_ints(s, "ints", {8, 4}, {2, 2});  // the array grows (new metadata)
+    const auto r = get(s.port(), "/api/v1/ints?format=raw");
+    CHECK(r.body().size() == (age.count() == 0 ? 128u : 64u));
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Slow clients and limits.
 

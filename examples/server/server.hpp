@@ -1,6 +1,8 @@
 // The example HTTP server: serves a directory of Zarr hierarchies read-only.
 //
-//   GET|HEAD /<key>                       a store key's bytes (Range, ETag, Last-Modified)
+//   GET|HEAD /<key>                       a store key's bytes: Range (one or several:
+//                                         multipart/byteranges), If-Range, ETag and
+//                                         If-None-Match, Last-Modified and If-Modified-Since
 //   GET      /api/v1/<array>?region=0:10,5:20[&format=npy|raw]
 //                                         a decoded region (.npy by default)
 //   GET      /api/v1/<node>/info          the JSON of `zarrcoro info`
@@ -13,13 +15,25 @@
 // runs on one or more threads; each connection is a coroutine on its own
 // strand. Decoding happens in the Runtime's codec pool (through the Array
 // API), never on an I/O thread. Methods of Server may be called from any
-// thread.
+// thread. Constructing a Server ignores SIGPIPE in the process (sendfile(2)
+// cannot be told not to raise it when a client goes away).
+//
+// Large values never pass through the loop's CPU: a key's file is opened
+// once (FilesystemStore::open_file); bodies up to 64 KiB are read from the
+// page cache and written with the header in one call, larger ones and every
+// range of them leave by sendfile(2) in steps of 128 KiB, the loop running
+// other work between steps. A slice is decoded and sent in slabs of whole
+// chunk rows (about 4 MiB): each slab is written while the next is decoded
+// in the codec pool, so a response holds two slabs, and a slow reader holds
+// back the decoding (back-pressure). If a slab fails to decode after the
+// header went out, the connection is closed (the body is short). At most
+// max_slices_in_flight slices are decoded at once; the others wait in order.
 //
 // Defences: paths are percent-decoded, then validated as store keys and read
 // through FilesystemStore (no "..", no absolute paths, no symlinks out of the
 // root); header size and body size limits; header, body, idle and write
 // timeouts; a cap on connections (over it: 503 and close); a cap on the bytes
-// of one slice response and on all slice responses in memory at once.
+// of one slice response and on the memory all slice responses hold at once.
 #pragma once
 
 #include <chrono>
@@ -44,7 +58,7 @@ struct ServerOptions {
   std::uint32_t max_header_bytes = 8 * 1024;          // over it: 431
   std::uint64_t max_body_bytes = 64 * 1024;           // request bodies are read and ignored; over it: 413
   std::uint64_t max_response_bytes = std::uint64_t{256} << 20;  // one slice response; over it: 400
-  std::uint64_t slice_memory = std::uint64_t{1} << 30;          // all slice responses held at once; over it: 503
+  std::uint64_t slice_memory = std::uint64_t{1} << 30;  // slabs of all slice responses held at once; over it: 503
   // Slices between opening their array and their last byte sent; more wait
   // their turn (first come, first served). Bounds the work the I/O loop has
   // ready at once, so that other requests (/healthz, small keys) are answered
