@@ -58,6 +58,9 @@ int main(int argc, char** argv) {
   app.add_option("--max-slices-in-flight", opt.max_slices_in_flight, "Slices decoded and sent at once; more wait their turn")
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20))
       ->capture_default_str();
+  app.add_option("--transmit-threads", opt.transmit_threads, "Threads copying large bodies into sockets (0: half the cores)")
+      ->check(CLI::Range(0u, 256u))
+      ->capture_default_str();
   app.add_option("--metadata-max-age", metadata_s, "Seconds an array's parsed metadata is reused (0: read it every time)")
       ->capture_default_str();
   app.add_option("--header-timeout", header_s, "Seconds to receive a request header")->capture_default_str();

@@ -16,6 +16,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <thread>
 #include <variant>
 
 #include <boost/asio/as_tuple.hpp>
@@ -26,6 +27,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/this_coro.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
@@ -114,10 +116,12 @@ bool is_metadata_key(std::string_view key) {
 // ---- files -----------------------------------------------------------------
 
 // Bodies up to this size are read into memory and written with the header in
-// one system call; larger ones leave through sendfile(2).
-constexpr std::uint64_t kInMemoryBody = 64 << 10;
-// One sendfile(2) call moves at most this much before the loop runs others.
-constexpr std::uint64_t kSendfileStep = 128 << 10;
+// one system call on the loop; larger ones leave by sendfile(2) from the
+// transmit pool.
+constexpr std::uint64_t kInMemoryBody = 16 << 10;
+// One transmit step (a sendfile or send call on the transmit pool) moves at
+// most this much, so that one large response does not hold a pool thread.
+constexpr std::uint64_t kTransmitStep = 1 << 20;
 // A streamed slice's slabs aim at this size (whole chunk rows, at least one).
 constexpr std::uint64_t kSlabBytes = 4 << 20;
 
@@ -294,7 +298,8 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
         store(std::make_shared<FilesystemStore>(rt.io_executor(), opt.root)),
         strand(asio::make_strand(rt.io_context())),
         acceptor(strand),
-        deadline(strand) {
+        deadline(strand),
+        transmit_pool(opt.transmit_threads ? opt.transmit_threads : std::max(1u, std::thread::hardware_concurrency() / 2)) {
     // sendfile(2) has no MSG_NOSIGNAL: a client gone mid-body must not kill us.
     std::signal(SIGPIPE, SIG_IGN);
     const tcp::endpoint ep = parse_listen(opt.listen);
@@ -313,6 +318,7 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
   asio::steady_timer deadline;
   tcp::endpoint endpoint;
   Metrics metrics;
+  asio::thread_pool transmit_pool;  // copies of large bodies into sockets
   std::atomic<bool> stopping{false};
 
   std::mutex arrays_mu;  // guards arrays
@@ -555,7 +561,7 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
       if (auto* file = std::get_if<FileBody>(&r.body))
         sent = co_await send_file(self, conn, std::move(head), std::move(*file), deadline);
       else
-        sent = co_await send_slice(self, conn, std::move(head), std::move(std::get<SliceBody>(r.body)));
+        sent = co_await send_slice(self, conn, std::move(head), std::move(std::get<SliceBody>(r.body)), deadline);
       if (sent.ec) self->metrics.response_aborted();
     }
     const auto ec = sent.ec;
@@ -585,115 +591,141 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
     return out;
   }
 
-  // Writes `head` and the pieces of `body`: texts through the stream,
-  // file ranges by sendfile(2) from the page cache to the socket (no copy in
-  // user space; at most kSendfileStep per call, then the loop runs others).
-  // TCP_CORK holds partial frames until the end. A socket that takes no
-  // more waits on the loop until writable, up to `deadline`.
+  // Sends `head` and the pieces of `body` (texts, and file ranges by
+  // sendfile(2): no copy in user space).
   static awaitable<Sent> send_file(std::shared_ptr<Impl> self, std::shared_ptr<Conn> conn, std::string head,
                                    FileBody body, std::chrono::steady_clock::time_point deadline) {
-    auto& sock = conn->stream.socket();
-    const int sfd = sock.native_handle();
+    std::vector<Segment> out{Segment::of(head)};
+    for (const auto& p : body.pieces)
+      out.push_back(p.text.empty() ? Segment{nullptr, body.file->fd(), p.offset, p.length} : Segment::of(p.text));
+    co_return co_await transmit(self, conn, std::move(out), deadline);
+  }
+
+  // Sends `head`, the .npy header and the slabs of `body` in order, each
+  // sent while the next is decoded in the codec pool (two slabs in memory
+  // at most). A slab that fails to decode after the header went out can
+  // only end the connection: the client sees a short body.
+  static awaitable<Sent> send_slice(std::shared_ptr<Impl> self, std::shared_ptr<Conn> conn, std::string head,
+                                    SliceBody body, std::chrono::steady_clock::time_point deadline) {
+    head += body.npy_header;
     Sent sent;
-    boost::system::error_code ec;
-    if (!sock.native_non_blocking()) sock.native_non_blocking(true, ec);
-    const int on = 1, off = 0;
-    ::setsockopt(sfd, IPPROTO_TCP, TCP_CORK, &on, sizeof on);
-    ::posix_fadvise(body.file->fd(), 0, 0, POSIX_FADV_SEQUENTIAL);
-    // The write deadline: the stream's own timer covers its writes; this one
-    // the waits for writability, which go to the socket directly.
+    Bytes current = std::move(body.first), next;
+    const std::size_t slabs = body.cuts.size() - 1;
+    for (std::size_t k = 0; k < slabs && !sent.ec; ++k) {
+      std::vector<Segment> out{Segment{current.data(), -1, 0, current.size()}};
+      if (k == 0) out.insert(out.begin(), Segment::of(head));
+      if (k + 1 == slabs) {
+        const Sent s = co_await transmit(self, conn, std::move(out), deadline);
+        sent = {s.ec, sent.bytes + s.bytes};
+        break;
+      }
+      const Region region = body.slab(k + 1);
+      next.resize((body.cuts[k + 2] - body.cuts[k + 1]) * body.row_bytes);
+      const MutableByteSpan into(next);
+      const auto ex = conn->stream.get_executor();
+      auto write = asio::co_spawn(ex, transmit(self, conn, std::move(out), deadline), asio::deferred);
+      auto decode = asio::co_spawn(ex, body.array.read(region, into), asio::deferred);
+      auto group = asio::experimental::make_parallel_group(std::move(write), std::move(decode));
+      auto [order, wex, s, failure] = co_await group.async_wait(asio::experimental::wait_for_all(), use_awaitable);
+      sent = {s.ec, sent.bytes + s.bytes};
+      if ((failure || wex) && !sent.ec) {
+        try {
+          std::rethrow_exception(failure ? failure : wex);
+        } catch (const std::exception& e) {
+          spdlog::warn("server: slice of '{}' failed after its header was sent: {}", body.array.path(), e.what());
+        }
+        sent.ec = make_error_code(asio::error::connection_aborted);
+      }
+      std::swap(current, next);
+    }
+    co_return sent;
+  }
+
+  // Bytes to send: `length` bytes at `data`, or, when `data` is null, at
+  // `offset` in the file `fd`.
+  struct Segment {
+    const void* data;
+    int fd;
+    std::uint64_t offset, length;
+
+    static Segment of(const std::string& text) { return {text.data(), -1, 0, text.size()}; }
+  };
+
+  // Where a transmission stands: the next segment and the bytes of it sent.
+  struct Progress {
+    std::size_t segment = 0;
+    std::uint64_t done = 0;
+  };
+
+  // Sends `out` in order to the connection's socket, in steps of at most
+  // kTransmitStep bytes run on the transmit pool (send(2) with MSG_MORE
+  // while more follows, sendfile(2) for file ranges; the socket is
+  // non-blocking), so that copies into the socket never take the loop's
+  // CPU. While the socket is full, waits on the loop until it is writable,
+  // up to `deadline`. The caller has no other operation on the socket.
+  static awaitable<Sent> transmit(std::shared_ptr<Impl> self, std::shared_ptr<Conn> conn, std::vector<Segment> out,
+                                  std::chrono::steady_clock::time_point deadline) {
+    auto& sock = conn->stream.socket();
+    Sent sent;
+    if (!sock.native_non_blocking()) sock.native_non_blocking(true, sent.ec);
+    // The write deadline: the stream's timer covers its own writes only.
     conn->timer.expires_at(deadline);
-    auto expire = [conn](boost::system::error_code tec) {
-      if (tec) return;
+    auto expire = [conn](boost::system::error_code ec) {
+      if (ec) return;
       conn->timed_out = true;
       boost::system::error_code ignored;
       conn->stream.socket().cancel(ignored);
     };
     conn->timed_out = false;
     conn->timer.async_wait(std::move(expire));
-    std::string pending = std::move(head);
-    for (std::size_t i = 0; !sent.ec && i <= body.pieces.size(); ++i) {
-      if (i < body.pieces.size() && !body.pieces[i].text.empty()) {
-        pending += body.pieces[i].text;
-        continue;
+    Progress at;
+    while (!sent.ec && at.segment < out.size()) {
+      const Progress before = at;
+      const int err = co_await asio::co_spawn(self->transmit_pool, transmit_step(sock.native_handle(), &out, &at),
+                                              use_awaitable);
+      for (std::size_t i = before.segment; i <= at.segment && i < out.size(); ++i) {  // count what moved
+        const std::uint64_t from = i == before.segment ? before.done : 0;
+        const std::uint64_t to = i == at.segment ? at.done : out[i].length;
+        sent.bytes += to - from;
+        if (!out[i].data) self->metrics.sent_from_file(to - from);
       }
-      if (!pending.empty()) {
-        auto [wec, n] = co_await asio::async_write(conn->stream, asio::buffer(pending), kTuple);
-        sent.bytes += n;
-        sent.ec = wec;
-        pending.clear();
-      }
-      if (i == body.pieces.size() || sent.ec) break;
-      off_t at = static_cast<off_t>(body.pieces[i].offset);
-      std::uint64_t left = body.pieces[i].length;
-      while (left > 0) {
-        const ssize_t n = ::sendfile(sfd, body.file->fd(), &at, std::min(left, kSendfileStep));
-        if (n > 0) {
-          left -= static_cast<std::uint64_t>(n);
-          sent.bytes += static_cast<std::uint64_t>(n);
-          self->metrics.sent_from_file(static_cast<std::uint64_t>(n));
-          if (left > 0) co_await asio::post(conn->stream.get_executor(), use_awaitable);  // let others run
-          continue;
-        }
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-          auto [wec] = co_await sock.async_wait(tcp::socket::wait_write, kTuple);
-          if (wec) {
-            sent.ec = conn->timed_out ? make_error_code(beast::error::timeout) : wec;
-            break;
-          }
-          continue;
-        }
-        // The file shrank under us (n == 0) or the socket failed: the
-        // response cannot be completed, so the connection ends.
-        sent.ec = n == 0 ? make_error_code(asio::error::eof) : boost::system::error_code(errno, boost::system::system_category());
-        break;
+      if (err == EAGAIN) {
+        auto [ec] = co_await sock.async_wait(tcp::socket::wait_write, kTuple);
+        if (ec) sent.ec = conn->timed_out ? make_error_code(beast::error::timeout) : ec;
+      } else if (err != 0) {  // the socket failed, or the file shrank under us (ENODATA)
+        sent.ec = boost::system::error_code(err, boost::system::system_category());
       }
     }
     conn->timer.cancel();
-    ::setsockopt(sfd, IPPROTO_TCP, TCP_CORK, &off, sizeof off);
     co_return sent;
   }
 
-  // Writes `head`, the .npy header and the slabs of `body` in order, each
-  // written while the next is decoded in the codec pool (two slabs in memory
-  // at most). A slab that fails to decode after the header went out can
-  // only end the connection: the client sees a short body.
-  static awaitable<Sent> send_slice(std::shared_ptr<Impl> self, std::shared_ptr<Conn> conn, std::string head,
-                                    SliceBody body) {
-    Sent sent;
-    head += body.npy_header;
-    Bytes current = std::move(body.first), next;
-    const std::size_t slabs = body.cuts.size() - 1;
-    for (std::size_t k = 0; k < slabs && !sent.ec; ++k) {
-      std::array<asio::const_buffer, 2> out{asio::buffer(head), asio::buffer(current.data(), current.size())};
-      if (k + 1 == slabs) {
-        auto [ec, n] = co_await asio::async_write(conn->stream, out, kTuple);
-        sent.bytes += n;
-        sent.ec = ec;
-        break;
-      }
-      const Region region = body.slab(k + 1);
-      next.resize((body.cuts[k + 2] - body.cuts[k + 1]) * body.row_bytes);
-      const MutableByteSpan into(next);
-      auto write = asio::async_write(conn->stream, out, asio::deferred);
-      auto decode = asio::co_spawn(conn->stream.get_executor(), body.array.read(region, into), asio::deferred);
-      auto group = asio::experimental::make_parallel_group(std::move(write), std::move(decode));
-      auto [order, ec, n, failure] = co_await group.async_wait(asio::experimental::wait_for_all(), use_awaitable);
-      sent.bytes += n;
-      sent.ec = ec;
-      if (failure && !ec) {
-        try {
-          std::rethrow_exception(failure);
-        } catch (const std::exception& e) {
-          spdlog::warn("server: slice of '{}' failed after its header was sent: {}", body.array.path(), e.what());
+  // Sends from `*at` on, at most kTransmitStep bytes, without blocking;
+  // advances `*at`. Returns 0 when that much (or the rest) went out, EAGAIN
+  // when the socket took nothing more, else the errno that ended it.
+  static awaitable<int> transmit_step(int socket, const std::vector<Segment>* out, Progress* at) {
+    std::uint64_t moved = 0;
+    while (at->segment < out->size() && moved < kTransmitStep) {
+      const Segment& s = (*out)[at->segment];
+      const std::uint64_t left = s.length - at->done, want = std::min(left, kTransmitStep - moved);
+      ssize_t n = 0;
+      if (want > 0) {
+        if (s.data) {
+          const bool more = want < left || at->segment + 1 < out->size();  // hold partial frames
+          n = ::send(socket, static_cast<const char*>(s.data) + at->done, want, MSG_NOSIGNAL | (more ? MSG_MORE : 0));
+        } else {
+          off_t offset = static_cast<off_t>(s.offset + at->done);
+          n = ::sendfile(socket, s.fd, &offset, want);
+          if (n == 0) co_return ENODATA;
         }
-        sent.ec = make_error_code(asio::error::connection_aborted);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) co_return errno == EWOULDBLOCK ? EAGAIN : errno;
       }
-      head.clear();
-      std::swap(current, next);
+      moved += static_cast<std::uint64_t>(n);
+      at->done += static_cast<std::uint64_t>(n);
+      if (at->done == s.length) *at = {at->segment + 1, 0};
     }
-    co_return sent;
+    co_return 0;
   }
 
   // -- routes --

@@ -19,13 +19,14 @@
 // cannot be told not to raise it when a client goes away).
 //
 // Large values never pass through the loop's CPU: a key's file is opened
-// once (FilesystemStore::open_file); bodies up to 64 KiB are read from the
+// once (FilesystemStore::open_file); bodies up to 16 KiB are read from the
 // page cache and written with the header in one call, larger ones and every
-// range of them leave by sendfile(2) in steps of 128 KiB, the loop running
-// other work between steps. A slice is decoded and sent in slabs of whole
-// chunk rows (about 4 MiB): each slab is written while the next is decoded
-// in the codec pool, so a response holds two slabs, and a slow reader holds
-// back the decoding (back-pressure). If a slab fails to decode after the
+// range of them leave by sendfile(2), called on the server's transmit pool
+// in steps of 1 MiB; the loop only waits for the socket to take more. A
+// slice is decoded and sent in slabs of whole chunk rows (about 4 MiB): each
+// slab is sent (from the transmit pool) while the next is decoded in the
+// codec pool, so a response holds two slabs, and a slow reader holds back
+// the decoding (back-pressure). If a slab fails to decode after the
 // header went out, the connection is closed (the body is short). At most
 // max_slices_in_flight slices are decoded at once; the others wait in order.
 //
@@ -64,6 +65,10 @@ struct ServerOptions {
   // ready at once, so that other requests (/healthz, small keys) are answered
   // quickly under a heavy slice load.
   std::size_t max_slices_in_flight = 8;
+  // Threads that copy large bodies into sockets (sendfile(2), send(2)), so
+  // that the I/O loop never spends its CPU on them. 0: half the cores, at
+  // least one (the rest stay free for the loop).
+  unsigned transmit_threads = 0;
   // An array's metadata is read again when its cached copy is this old (0:
   // at every slice request).
   std::chrono::milliseconds metadata_max_age{1'000};
