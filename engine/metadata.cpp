@@ -5,11 +5,14 @@
 #include <zarrcoro/metadata.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <functional>
 #include <limits>
+
+#include <spdlog/spdlog.h>
 
 #include <zarrcoro/error.hpp>
 
@@ -245,6 +248,16 @@ FillValue parse_fill_value(const json& j, DataType dtype, const std::string& key
   using K = DataTypeKind;
   switch (dtype.kind()) {
     case K::bool_:
+      // Some writers (zarrita, older TensorStore) stored 0 or 1 for a bool
+      // array: read as false / true, with one warning per process; never written.
+      if (j.is_number_integer() && (j == 0 || j == 1)) {
+        static std::atomic<bool> warned{false};
+        if (!warned.exchange(true))
+          spdlog::warn("zarrcoro: {}: fill_value {} for a bool array read as {} (the spec asks for true or false)",
+                       key, j.dump(), j == 1 ? "true" : "false");
+        put<std::uint8_t>(out, j == 1 ? 1 : 0);
+        break;
+      }
       if (!j.is_boolean()) bad(key, "fill_value", "expected true or false for bool, got " + j.dump());
       put<std::uint8_t>(out, j.get<bool>() ? 1 : 0);
       break;

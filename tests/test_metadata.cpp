@@ -107,8 +107,15 @@ TEST_CASE("complex fill values are [re, im] (b05)", "[metadata][regression]") {
 TEST_CASE("bool and integer fill values must match the type (b06)", "[metadata][regression]") {
   const DataType b = DataTypeKind::bool_, u8 = DataTypeKind::uint8, i16 = DataTypeKind::int16;
   CHECK(test::to_hex(parse_fill_value(true, b, "k")) == "01");
-  CHECK_THROWS_AS(parse_fill_value(0, b, "k"), InvalidMetadata);
   CHECK(fill_value_to_json(parse_fill_value(false, b, "k"), b) == false);
+  // 0 and 1, which some writers stored for bool, are read leniently (issue #13) and written back as booleans.
+  CHECK(test::to_hex(parse_fill_value(0, b, "k")) == "00");
+  CHECK(test::to_hex(parse_fill_value(1, b, "k")) == "01");
+  CHECK(fill_value_to_json(parse_fill_value(1, b, "k"), b) == true);
+  CHECK_THROWS_AS(parse_fill_value(2, b, "k"), InvalidMetadata);
+  CHECK_THROWS_AS(parse_fill_value(-1, b, "k"), InvalidMetadata);
+  CHECK_THROWS_AS(parse_fill_value(1.0, b, "k"), InvalidMetadata);
+  CHECK_THROWS_AS(parse_fill_value("true", b, "k"), InvalidMetadata);
   CHECK(load<std::uint8_t>(parse_fill_value(0.0, u8, "k")) == 0);  // integral float accepted
   CHECK(fill_value_to_json(parse_fill_value(0.0, u8, "k"), u8).is_number_integer());
   CHECK_THROWS_AS(parse_fill_value(0.5, u8, "k"), InvalidMetadata);
@@ -117,6 +124,17 @@ TEST_CASE("bool and integer fill values must match the type (b06)", "[metadata][
   CHECK(load<std::int16_t>(parse_fill_value(-32768, i16, "k")) == -32768);
   CHECK(load<std::uint64_t>(parse_fill_value(json(18446744073709551615ull), DataTypeKind::uint64, "k")) ==
         18446744073709551615ull);
+}
+
+TEST_CASE("a bool array stored with fill_value 1 opens as true and is written back as true", "[metadata][regression]") {
+  auto j = base_array();
+  j["data_type"] = "bool";
+  j["fill_value"] = 1;
+  const auto m = ArrayMetadata::from_json(j, "a/zarr.json");
+  CHECK(test::to_hex(m.fill_value) == "01");
+  CHECK(m.to_json()["fill_value"] == true);
+  j["fill_value"] = 0;
+  CHECK(ArrayMetadata::from_json(j, "a/zarr.json").to_json()["fill_value"] == false);
 }
 
 TEST_CASE("unknown fields and must_understand (b25)", "[metadata][regression]") {
