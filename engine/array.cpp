@@ -397,12 +397,23 @@ class ReadOp final : public ChunkOp {
     std::size_t buffer;     // index into `buffers`, or npos when the inner chunk is absent
     std::uint64_t offset, size;
   };
+  // A shard's task may run in parts (max_parts: its inner chunks), which the
+  // pool's threads share: part k of n decodes the k-th n-th of `pieces`.
   struct Task final : detail::ChunkTask {
     Task(ReadOp* op, std::size_t i) : op(op), i(i) {}
     void run() override {
-      if (encoded && op->st_->shard) op->split_shard(i);  // a whole shard was fetched
-      pieces.empty() ? op->decode(i, encoded) : op->decode_pieces(i);
+      prepare();
+      run_part(0, 1);
+      finish();
     }
+    void prepare() override {
+      if (encoded && op->st_->shard) op->split_shard(i);  // a whole shard was fetched
+    }
+    void run_part(std::size_t k, std::size_t n) override {
+      if (!pieces.empty()) op->decode_pieces(i, pieces.size() * k / n, pieces.size() * (k + 1) / n);
+      else if (k == 0) op->decode(i, encoded);
+    }
+    void finish() override { buffers.clear(); }  // free the encoded bytes early
     ReadOp* op;
     std::size_t i;
     std::optional<Bytes> encoded;
@@ -431,10 +442,18 @@ class ReadOp final : public ChunkOp {
   // Chunk i's stored value (nullopt: absent, reads as fill_value) is in.
   void fetched(std::size_t i, std::optional<Bytes> v) {
     auto& t = tasks_[i];
+    const ChunkPart& p = parts_[i];
     std::uint64_t n = st_->meta.data_type.size();
-    for (auto s : parts_[i].shape) n *= s;
+    for (auto s : p.shape) n *= s;
     t.bytes = v ? std::max<std::uint64_t>(n, st_->chunk_bytes()) : n;
     t.computes = v && !st_->pipeline->is_trivial();
+    // A whole shard splits into the inner chunks the part touches.
+    t.max_parts = 1;
+    if (v && st_->shard)
+      for (std::size_t d = 0; d < p.shape.size(); ++d) {
+        const std::uint64_t c = st_->shard->chunk_shape()[d];
+        t.max_parts *= (p.chunk_start[d] + p.shape[d] + c - 1) / c - p.chunk_start[d] / c;
+      }
     t.encoded = std::move(v);
   }
 
@@ -467,6 +486,7 @@ class ReadOp final : public ChunkOp {
     const auto shard = co_await shard_index(key, refetch_index);
     t.computes = false;
     t.bytes = 0;
+    t.max_parts = 1;
     if (!shard.index) {  // no shard: fill
       t.bytes = st_->meta.data_type.size();
       for (auto s : p.shape) t.bytes *= s;
@@ -508,6 +528,7 @@ class ReadOp final : public ChunkOp {
       k = last;
     }
     t.computes = !order.empty();
+    t.max_parts = t.pieces.size();
     co_return true;
   }
 
@@ -612,8 +633,8 @@ class ReadOp final : public ChunkOp {
     encoded.reset();  // free the encoded bytes early
   }
 
-  // On a pool thread: decode the fetched inner chunks of a shard part.
-  void decode_pieces(std::size_t i) {
+  // On a pool thread: decode the fetched inner chunks [from, to) of a shard part.
+  void decode_pieces(std::size_t i, std::size_t from, std::size_t to) {
     const ChunkPart& p = parts_[i];
     auto& t = tasks_[i];
     const auto& inner = st_->shard->inner();
@@ -621,7 +642,8 @@ class ReadOp final : public ChunkOp {
     thread_local Bytes scratch;
     scratch.resize(inner.chunk_spec().num_bytes());
     detail::Dims out_start(p.out_start.size());
-    for (const auto& piece : t.pieces) {
+    for (std::size_t j = from; j < to; ++j) {
+      const auto& piece = t.pieces[j];
       for (std::size_t d = 0; d < out_start.size(); ++d) out_start[d] = p.out_start[d] + piece.part.out_start[d];
       if (piece.buffer == std::string::npos) {
         detail::fill_box(out_.data(), region_shape_, out_start, piece.part.shape, st_->fill.data(), es);
@@ -635,7 +657,6 @@ class ReadOp final : public ChunkOp {
       detail::copy_box(scratch.data(), inner.chunk_spec().shape, piece.part.chunk_start, out_.data(),
                        region_shape_, out_start, piece.part.shape, es);
     }
-    t.buffers.clear();
   }
 
   // True if the chunk's full extent equals the part and is contiguous in out.

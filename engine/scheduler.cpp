@@ -19,22 +19,33 @@ bool TaskBatch::computes() const {
 }
 
 // One pool submission: the tasks of one or more batches, taken by the pool's
-// threads through a shared index.
+// threads through a shared index. A task planned in parts (parts > 1) is
+// prepared by the thread that takes it, which then claims its parts one by
+// one; a thread that finds no task left claims the parts still unclaimed.
 struct Scheduler::PoolJob {
   struct Item {
     ChunkTask* task;
     std::size_t batch;  // index into batches
+    std::size_t parts;  // 1: run whole
+  };
+  // A task run in parts: ready once prepared; parts claimed, parts not done.
+  struct Split {
+    std::atomic<bool> ready{false}, failed{false};
+    std::atomic<std::size_t> next{0}, left{0};
   };
   std::vector<std::shared_ptr<TaskBatch>> batches;
   std::vector<Item> items;
+  std::vector<Split> splits;                   // per item, when any item has parts
   std::vector<std::atomic<std::size_t>> left;  // per batch: tasks not yet run
   std::atomic<std::size_t> next{0}, done{0};
   std::size_t bytes = 0;  // decoded bytes of all its tasks
+  std::size_t units = 0;  // tasks run whole plus parts: what threads can share
 };
 
 namespace {
 // A job fans out to one pool thread per this many decoded bytes: waking a
-// thread costs microseconds, more than a few KiB of trivial work.
+// thread costs microseconds, more than a few KiB of trivial work. A task
+// splits into parts of at least about this many bytes, too.
 constexpr std::size_t kFanoutBytes = std::size_t{64} << 10;
 }  // namespace
 
@@ -47,12 +58,16 @@ Scheduler::Scheduler(boost::asio::any_io_executor io, boost::asio::thread_pool& 
       options_(options),
       on_io_thread_(std::move(on_io_thread)) {}
 
-void Scheduler::run_task(ChunkTask& task) {
+void Scheduler::count(ChunkTask& task) {
   counters_.chunks.fetch_add(1, std::memory_order_relaxed);
   if (task.computes) {
     counters_.codec_calls.fetch_add(1, std::memory_order_relaxed);
     if (on_io_thread_()) counters_.codec_calls_on_io_thread.fetch_add(1, std::memory_order_relaxed);
   }
+}
+
+void Scheduler::run_task(ChunkTask& task) {
+  count(task);
   try {
     task.run();
   } catch (...) {
@@ -120,8 +135,13 @@ void Scheduler::flush() {
       auto& batch = *job->batches[b];
       job->left[b].store(batch.tasks.size(), std::memory_order_relaxed);
       job->bytes += batch.bytes();
-      for (auto* t : batch.tasks) job->items.push_back({t, b});
+      for (auto* t : batch.tasks) {
+        const std::size_t parts = t->max_parts > 1 ? std::min(t->max_parts, t->bytes / kFanoutBytes + 1) : 1;
+        job->items.push_back({t, b, parts});
+        job->units += parts;
+      }
     }
+    if (job->units > job->items.size()) job->splits = std::vector<PoolJob::Split>(job->items.size());
     post_job(std::move(job));
     group.clear();
     chunks = bytes = 0;
@@ -144,7 +164,7 @@ void Scheduler::post_job(std::shared_ptr<PoolJob> job) {
   boost::asio::post(pool_, [this, job = std::move(job)] {
     // Fan out: let idle pool threads help with the rest of this job.
     const std::size_t helpers =
-        std::min<std::size_t>({job->items.size(), pool_threads_, job->bytes / kFanoutBytes + 1}) - 1;
+        std::min<std::size_t>({job->units, pool_threads_, job->bytes / kFanoutBytes + 1}) - 1;
     for (std::size_t i = 0; i < helpers; ++i) {
       counters_.fanout_posts.fetch_add(1, std::memory_order_relaxed);
       boost::asio::post(pool_, [this, job] { run_job(job); });
@@ -156,12 +176,73 @@ void Scheduler::post_job(std::shared_ptr<PoolJob> job) {
 void Scheduler::run_job(const std::shared_ptr<PoolJob>& job) {
   const std::size_t n = job->items.size();
   for (std::size_t i; (i = job->next.fetch_add(1, std::memory_order_relaxed)) < n;) {
-    const auto [task, b] = job->items[i];
-    run_task(*task);
-    if (job->left[b].fetch_sub(1, std::memory_order_acq_rel) == 1) job->batches[b]->on_done();
-    if (job->done.fetch_add(1, std::memory_order_acq_rel) + 1 == n)
-      counters_.queue_depth.fetch_sub(1, std::memory_order_relaxed);
+    if (job->items[i].parts == 1) {
+      run_task(*job->items[i].task);
+      task_done(*job, i);
+    } else if (start_split(*job, i)) {
+      run_parts(*job, i);
+    }
   }
+  // No task left to take: help with the parts of those other threads took.
+  if (!job->splits.empty())
+    for (std::size_t i = 0; i < n; ++i)
+      if (job->items[i].parts > 1) run_parts(*job, i);
+}
+
+// Prepares task i for its parts; false if that failed (the task is done).
+bool Scheduler::start_split(PoolJob& job, std::size_t i) {
+  ChunkTask* task = job.items[i].task;
+  const std::size_t parts = job.items[i].parts;
+  auto& s = job.splits[i];
+  count(*task);
+  s.left.store(parts, std::memory_order_relaxed);
+  try {
+    task->prepare();
+  } catch (...) {
+    task->error = std::current_exception();
+    s.next.store(parts, std::memory_order_relaxed);  // nothing to claim
+  }
+  const bool ok = !task->error;
+  s.ready.store(true, std::memory_order_release);
+  s.ready.notify_all();
+  if (!ok) {
+    task->finish();
+    task_done(job, i);
+  }
+  return ok;
+}
+
+// Claims and runs parts of task i until none is left; the thread that ends
+// the last part finishes the task. Waits (briefly) for its preparation.
+void Scheduler::run_parts(PoolJob& job, std::size_t i) {
+  ChunkTask* task = job.items[i].task;
+  const std::size_t parts = job.items[i].parts;
+  auto& s = job.splits[i];
+  if (s.next.load(std::memory_order_relaxed) >= parts) return;  // all claimed (the task may be gone)
+  s.ready.wait(false, std::memory_order_acquire);
+  for (std::size_t k; (k = s.next.fetch_add(1, std::memory_order_relaxed)) < parts;) {
+    if (!s.failed.load(std::memory_order_relaxed)) {
+      if (part_hook) part_hook(*task, k);
+      try {
+        task->run_part(k, parts);
+      } catch (...) {
+        if (!s.failed.exchange(true, std::memory_order_relaxed)) task->error = std::current_exception();
+      }
+    }
+    if (s.left.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      task->finish();
+      task_done(job, i);
+      return;
+    }
+  }
+}
+
+// Task i has run (whole or every part): complete its batch, then the job.
+void Scheduler::task_done(PoolJob& job, std::size_t i) {
+  const std::size_t b = job.items[i].batch;
+  if (job.left[b].fetch_sub(1, std::memory_order_acq_rel) == 1) job.batches[b]->on_done();
+  if (job.done.fetch_add(1, std::memory_order_acq_rel) + 1 == job.items.size())
+    counters_.queue_depth.fetch_sub(1, std::memory_order_relaxed);
 }
 
 }  // namespace zarrcoro::detail

@@ -3,7 +3,8 @@
 // Calls on the I/O side hand over TaskBatches (the chunks of one call that
 // are ready). Batches submitted during one turn of the io_context are merged
 // into pool jobs of at most `batch_chunks` chunks and `batch_bytes` bytes;
-// each pool job is one post to the pool and fans out over its threads. A
+// each pool job is one post to the pool and fans out over its threads, which
+// also share the parts of a task that splits (a shard's inner chunks). A
 // batch with nothing to compute and at most `inline_bytes` runs at once on
 // the I/O thread. See runtime.hpp for the contract.
 #pragma once
@@ -26,13 +27,27 @@ namespace zarrcoro::detail {
 // The codec work of one chunk. run() is called exactly once, on a pool
 // thread (or inline for work with nothing to compute); exceptions it throws
 // are stored in `error`.
+//
+// A task whose work divides into independent parts (the inner chunks of a
+// shard) sets `max_parts` > 1 and implements prepare, run_part and finish,
+// with run() doing prepare(), run_part(0, 1), finish(). A pool job may run
+// it split instead, so that all its threads share one shard: prepare() once,
+// then run_part(k, n) for each k < n (n <= max_parts, each part about 1/n of
+// the work) on any of the job's threads after prepare() returned, then
+// finish() (which must not throw) once on the thread that ran the last
+// part. An exception from prepare() skips the parts; the first one from a
+// part is kept and the parts not yet started are skipped.
 class ChunkTask {
  public:
   virtual ~ChunkTask() = default;
   virtual void run() = 0;
+  virtual void prepare() {}
+  virtual void run_part(std::size_t /*k*/, std::size_t /*n*/) {}
+  virtual void finish() {}
 
   std::size_t bytes = 0;   // decoded bytes the task touches
   bool computes = true;    // false: only copies/fills bytes
+  std::size_t max_parts = 1;
   std::exception_ptr error;
 };
 
@@ -61,11 +76,19 @@ class Scheduler {
 
   SchedulerCounters& counters() { return counters_; }
 
+  // Tests only: called on the pool thread before each part of a split task
+  // runs. Set it while no job runs.
+  std::function<void(const ChunkTask&, std::size_t part)> part_hook;
+
  private:
   struct PoolJob;
   void flush();
   void post_job(std::shared_ptr<PoolJob> job);
   void run_job(const std::shared_ptr<PoolJob>& job);
+  bool start_split(PoolJob& job, std::size_t i);
+  void run_parts(PoolJob& job, std::size_t i);
+  void task_done(PoolJob& job, std::size_t i);
+  void count(ChunkTask& task);
   void run_task(ChunkTask& task);
   void run_inline(TaskBatch& batch);
 

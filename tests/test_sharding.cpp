@@ -1,8 +1,12 @@
 // sharding_indexed through the engine: partial reads by byte ranges, the
 // index cache, partial shard writes that keep untouched inner chunks, empty
 // shards, nested shards, and no lost updates under concurrent writers.
+#include <condition_variable>
 #include <filesystem>
+#include <map>
+#include <mutex>
 #include <numeric>
+#include <set>
 #include <thread>
 
 #include <boost/asio/co_spawn.hpp>
@@ -16,6 +20,7 @@
 #include <zarrcoro/store/filesystem.hpp>
 #include <zarrcoro/store/memory.hpp>
 
+#include "engine/engine_state.hpp"
 #include "support.hpp"
 
 using namespace zarrcoro;
@@ -206,6 +211,89 @@ TEST_CASE("sharded reads and writes keep codec work off the I/O thread", "[shard
   const auto s = rt.stats();
   CHECK(s.codec_calls > 0);
   CHECK(s.codec_calls_on_io_thread == 0);
+}
+
+// Records which pool thread runs each part of a split task (through the
+// scheduler's test hook). With `rendezvous`, a part waits until a second
+// thread has run one too (or a scaled 10 s pass): only a job whose threads
+// share one task gets past it at once.
+struct PartLog {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<std::size_t, int> parts;  // part -> times run
+  std::set<std::thread::id> threads;
+  bool all_on_codec_threads = true;
+
+  explicit PartLog(Runtime& rt, bool rendezvous) : rt_(rt) {
+    rt.engine().scheduler.part_hook = [this, rendezvous](const detail::ChunkTask&, std::size_t k) {
+      std::unique_lock lk(mu);
+      ++parts[k];
+      threads.insert(std::this_thread::get_id());
+      all_on_codec_threads = all_on_codec_threads && rt_.on_codec_thread() && !rt_.on_io_thread();
+      cv.notify_all();
+      if (rendezvous) cv.wait_for(lk, test::scaled(std::chrono::milliseconds(10000)), [&] { return threads.size() > 1; });
+    };
+  }
+  ~PartLog() { rt_.engine().scheduler.part_hook = nullptr; }
+
+ private:
+  Runtime& rt_;
+};
+
+TEST_CASE("one shard's inner chunks are decoded on every pool thread, in one pool submission", "[sharding][invariant]") {
+  Runtime rt({.codec_threads = 2});
+  // One shard of 4 inner chunks of 128x128 int32 (64 KiB each): it splits into 4 parts.
+  auto a = Array::create_blocking(rt, std::make_shared<MemoryStore>(), "",
+                                  meta({4, 128, 128}, {4, 128, 128}, sharding({1, 128, 128}, kZstd)));
+  const auto data = iota_vec(4 * 128 * 128);
+  a.write_blocking(Region::all(a.shape()), std::as_bytes(std::span(data)));
+  {
+    PartLog log(rt, true);
+    rt.reset_stats();
+    std::vector<std::int32_t> back(data.size());
+    a.read_blocking(Region::all(a.shape()), std::as_writable_bytes(std::span(back)));
+    CHECK(back == data);  // bit-exact
+    const auto s = rt.stats();
+    CHECK(s.pool_submissions == 1);
+    CHECK(s.chunks == 1);  // one shard
+    CHECK(s.codec_calls_on_io_thread == 0);
+    CHECK(log.parts == std::map<std::size_t, int>{{0, 1}, {1, 1}, {2, 1}, {3, 1}});  // each inner chunk once
+    CHECK(log.threads.size() == 2);  // by both pool threads
+    CHECK(log.all_on_codec_threads);
+  }
+  {
+    // A partial read of the same shard (index, then the inner chunks by range) splits too.
+    PartLog log(rt, false);
+    const Region r{{0, 3, 5}, {4, 120, 127}};
+    const auto part = a.read_blocking(r);
+    const auto got = part.as<std::int32_t>();
+    std::size_t n = 0, bad = 0;
+    for (std::uint64_t i = 0; i < 4; ++i)
+      for (std::uint64_t j = 3; j < 120; ++j)
+        for (std::uint64_t k = 5; k < 127; ++k) bad += got[n++] != data[(i * 128 + j) * 128 + k];
+    CHECK(n == got.size());
+    CHECK(bad == 0);
+    CHECK(log.parts.size() == 4);
+    CHECK(log.all_on_codec_threads);
+  }
+  {
+    // A corrupt inner chunk fails the read with the shard's key, the others decode.
+    auto store = std::make_shared<MemoryStore>();
+    auto b = Array::create_blocking(rt, store, "", meta({4, 128, 128}, {4, 128, 128}, sharding({1, 128, 128}, kCrc)));
+    b.write_blocking(Region::all(b.shape()), std::as_bytes(std::span(data)));
+    Bytes shard = *run(rt, store->get("c/0/0/0"));
+    const std::uint64_t index_bytes = 4 * 16 + 4;
+    const std::uint64_t off2 = u64(shard, shard.size() - index_bytes + 2 * 16);
+    const std::uint64_t len2 = u64(shard, shard.size() - index_bytes + 2 * 16 + 8);
+    shard[off2 + len2 - 1] ^= std::byte{0xff};  // inner chunk 2's crc32c
+    run(rt, store->set("c/0/0/0", shard));
+    try {
+      b.read_blocking(Region::all(b.shape()));
+      FAIL("expected CorruptChunk");
+    } catch (const CorruptChunk& e) {
+      CHECK(e.key() == "c/0/0/0");
+    }
+  }
 }
 
 TEST_CASE("a compressor in index_codecs is rejected (b16)", "[sharding][regression]") {

@@ -10,7 +10,9 @@
 //    never runs on an I/O thread.
 //  - Chunk work reaches the pool in batches: a call touching N chunks makes at
 //    most ceil(N / batch_chunks) pool submissions, and concurrent calls share
-//    batches. A batch may fan out over the pool's threads internally.
+//    batches. A batch may fan out over the pool's threads internally, down
+//    to the inner chunks of one shard read: its threads share a shard's
+//    inner chunks (RuntimeStats::chunks counts the shard once).
 //  - A batch with nothing to compute (native-order `bytes` only, missing
 //    chunks) of at most `inline_bytes` runs on the I/O thread without a hop.
 #pragma once
@@ -75,7 +77,7 @@ struct RuntimeOptions {
 // Monotonic counters since construction or reset_stats().
 struct RuntimeStats {
   std::uint64_t pool_submissions = 0;   // batches posted to the codec pool
-  std::uint64_t fanout_posts = 0;       // extra posts that spread one batch over threads
+  std::uint64_t fanout_posts = 0;       // extra posts that spread one batch (or shard) over threads
   std::uint64_t inline_batches = 0;     // batches run on the I/O thread without a hop
   std::uint64_t chunks = 0;             // chunk tasks executed (pool or inline)
   std::uint64_t codec_calls = 0;        // chunk encodes/decodes that computed something
