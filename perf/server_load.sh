@@ -23,7 +23,8 @@
 # /healthz p99 < 5 ms alongside every load. Writes the runs as JSON to
 # $JSON (default: server_load.json in the current directory).
 # Both servers run one event loop (nginx: 1 worker; zarrcoro-server: 1 I/O
-# thread; its codec pool has one thread a core, at nice 10). Extra server
+# thread, plus its transmit pool for large bodies, half the cores, and its
+# codec pool, one thread a core at nice 10). Extra server
 # options: SERVER_ARGS="...". Loopback only; every run is bounded by SECONDS.
 # Exit status 0 when every target is met, 1 otherwise, 2 when a tool is missing.
 set -euo pipefail
@@ -37,7 +38,7 @@ PY=/usr/bin/python3
 for tool in "$SERVER" "$CLI"; do
   [ -x "$tool" ] || { echo "server_load: $tool is missing (cmake --build $BUILD --target zarrcoro-server zarrcoro_cli)" >&2; exit 2; }
 done
-for tool in wrk nginx "$PY"; do
+for tool in wrk nginx curl bc "$PY"; do
   command -v "$tool" >/dev/null || { echo "server_load: $tool is not installed (./setup.sh)" >&2; exit 2; }
 done
 

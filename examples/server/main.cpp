@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
   server::ServerOptions opt;
   unsigned io_threads = 1, codec_threads = 0;
   int codec_nice = 10;
-  double metadata_s = 1, header_s = 10, body_s = 10, idle_s = 30, write_s = 30, shutdown_s = 10;
+  double metadata_s = 1, slice_queue_s = 10, header_s = 10, body_s = 10, idle_s = 30, write_s = 30, shutdown_s = 10;
   std::uint64_t max_response_mib = 256, slice_memory_mib = 1024;
   bool verbose = false;
 
@@ -55,8 +55,10 @@ int main(int argc, char** argv) {
   app.add_option("--max-response-mib", max_response_mib, "Largest slice response, MiB (400 over it)")->capture_default_str();
   app.add_option("--slice-memory-mib", slice_memory_mib, "All slice responses in memory at once, MiB (503 over it)")
       ->capture_default_str();
-  app.add_option("--max-slices-in-flight", opt.max_slices_in_flight, "Slices decoded and sent at once; more wait their turn")
+  app.add_option("--max-slices-in-flight", opt.max_slices_in_flight, "Slices decoded at once; more wait their turn")
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20))
+      ->capture_default_str();
+  app.add_option("--slice-queue-timeout", slice_queue_s, "Seconds a slice may wait for its turn (then 503)")
       ->capture_default_str();
   app.add_option("--transmit-threads", opt.transmit_threads, "Threads copying large bodies into sockets (0: half the cores)")
       ->check(CLI::Range(0u, 256u))
@@ -80,6 +82,7 @@ int main(int argc, char** argv) {
   }
   auto ms = [](double s) { return std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000)); };
   opt.metadata_max_age = ms(metadata_s);
+  opt.slice_queue_timeout = ms(slice_queue_s);
   opt.header_timeout = ms(header_s);
   opt.body_timeout = ms(body_s);
   opt.idle_timeout = ms(idle_s);

@@ -38,7 +38,6 @@ class Metrics {
     return false;
   }
   void release_slice_memory(std::uint64_t bytes) { slice_bytes_.fetch_sub(bytes); }
-  std::uint64_t slice_memory() const { return slice_bytes_.load(); }
 
   std::int64_t in_flight() const { return in_flight_.load(std::memory_order_relaxed); }
   std::int64_t connections() const { return connections_.load(std::memory_order_relaxed); }

@@ -11,6 +11,7 @@
 #include <charconv>
 #include <csignal>
 #include <cstring>
+#include <ctime>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -124,11 +125,14 @@ constexpr std::uint64_t kTransmitStep = 1 << 20;
 // A streamed slice's slabs aim at this size (whole chunk rows, at least one).
 constexpr std::uint64_t kSlabBytes = 4 << 20;
 
-// A strong validator of a file: its modification time (ns) and size.
+// The entity tag of a file: a hash (FNV-1a, stable across restarts) of its
+// store generation (device, inode, size, modification time), so that a value
+// renamed into place is a new tag even within one tick of the file clock.
 std::string etag_of(const FilesystemStore::OpenFile& f) {
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(f.modified().time_since_epoch()).count();
+  std::uint64_t h = 0xcbf29ce484222325u;
+  for (const char c : f.generation().token) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3u;
   char etag[48];
-  std::snprintf(etag, sizeof etag, "\"%llx-%llx\"", static_cast<unsigned long long>(ns),
+  std::snprintf(etag, sizeof etag, "\"%016llx-%llx\"", static_cast<unsigned long long>(h),
                 static_cast<unsigned long long>(f.size()));
   return etag;
 }
@@ -207,9 +211,9 @@ tcp::endpoint parse_listen(const std::string& text) {
 struct Conn {
   explicit Conn(tcp::socket s) : stream(std::move(s)), timer(stream.get_executor()) {}
   beast::tcp_stream stream;
-  asio::steady_timer timer;  // a sendfile response's write deadline
-  bool idle = false;         // waiting for the next request (shutdown may close it)
-  bool timed_out = false;    // the timer fired during the current response
+  asio::steady_timer timer;  // the write deadline of a body sent from the transmit pool
+  std::uint64_t write_seq = 0;  // which transmission the timer belongs to
+  bool idle = false;            // waiting for the next request (shutdown may close it)
 };
 
 // A key's file sent from its descriptor: `pieces` in order, each a short
@@ -240,6 +244,7 @@ struct SliceBody {
   std::vector<std::uint64_t> cuts;      // indices along dimension 0, first = region.start[0]
   std::uint64_t row_bytes = 0;          // bytes of one index along dimension 0
   Bytes first;                          // slab 0, decoded
+  std::shared_ptr<void> slot;           // of the slice gate: given back once the last slab is decoded
 
   std::uint64_t size() const { return npy_header.size() + (cuts.back() - cuts.front()) * row_bytes; }
   Region slab(std::size_t k) const {
@@ -326,9 +331,15 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
 
   std::mutex arrays_mu;  // guards arrays
   std::map<std::string, std::pair<Array, std::chrono::steady_clock::time_point>> arrays;  // path -> (array, until)
-  std::mutex gate_mu;  // guards gate_busy and gate_queue
+  // A slice waiting for a slot of the gate.
+  struct GateWaiter {
+    GateWaiter(const asio::any_io_executor& ex, std::chrono::steady_clock::time_point until) : timer(ex, until) {}
+    asio::steady_timer timer;
+    bool granted = false;  // guarded by gate_mu
+  };
+  std::mutex gate_mu;  // guards gate_busy, gate_queue and GateWaiter::granted
   std::size_t gate_busy = 0;
-  std::deque<std::shared_ptr<asio::steady_timer>> gate_queue;
+  std::deque<std::shared_ptr<GateWaiter>> gate_queue;
 
   std::mutex mu;  // guards conns and on_stopped
   std::map<Conn*, std::shared_ptr<Conn>> conns;
@@ -517,14 +528,22 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
                                   std::string reason) {
     Response res = text(status, reason);
     res.keep_alive(false);
-    add_cors(res);
+    add_common(res);
     res.content_length(res.body().size());
     conn->stream.expires_after(std::chrono::seconds(5));
     auto [ec, n] = co_await http::async_write(conn->stream, res, kTuple);
     self->metrics.response_without_request("invalid", static_cast<unsigned>(status), n);
   }
 
-  static void add_cors(Response& res) {
+  // The headers every response carries: Date (RFC 9110 6.6.1) and CORS.
+  static void add_common(Response& res) {
+    thread_local std::time_t last = 0;  // formatted once a second per thread
+    thread_local std::string date;
+    if (const std::time_t now = std::time(nullptr); now != last) {
+      last = now;
+      date = http_date(std::chrono::system_clock::from_time_t(now));
+    }
+    res.set(http::field::date, date);
     res.set(http::field::access_control_allow_origin, "*");
     res.set(http::field::access_control_expose_headers,
             "Accept-Ranges, Content-Length, Content-Range, ETag, Last-Modified, X-Shape, X-Dtype");
@@ -538,7 +557,7 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
     Response& res = r.res;
     res.version(req.version);
     res.keep_alive(keep_alive);
-    add_cors(res);
+    add_common(res);
     const auto status = res.result();
     const std::uint64_t body = std::visit(
         [&](const auto& b) -> std::uint64_t {
@@ -565,8 +584,8 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
         sent = co_await send_file(self, conn, std::move(head), std::move(*file), deadline);
       else
         sent = co_await send_slice(self, conn, std::move(head), std::move(std::get<SliceBody>(r.body)), deadline);
-      if (sent.ec) self->metrics.response_aborted();
     }
+    if (sent.ec) self->metrics.response_aborted();
     const auto ec = sent.ec;
     if (ec == beast::error::timeout) self->metrics.timed_out();
     if (counted) self->metrics.request_finished(r.route, res.result_int(), sent.bytes);
@@ -618,6 +637,7 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
       std::vector<Segment> out{Segment{current.data(), -1, 0, current.size()}};
       if (k == 0) out.insert(out.begin(), Segment::of(head));
       if (k + 1 == slabs) {
+        body.slot.reset();  // nothing left to decode: another slice may start
         const Sent s = co_await transmit(self, conn, std::move(out), deadline);
         sent = {s.ec, sent.bytes + s.bytes};
         break;
@@ -671,16 +691,18 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
     auto& sock = conn->stream.socket();
     Sent sent;
     if (!sock.native_non_blocking()) sock.native_non_blocking(true, sent.ec);
-    // The write deadline: the stream's timer covers its own writes only.
+    // The write deadline: the stream's timer covers its own writes only. A
+    // handler of an earlier transmission that was already queued when its
+    // timer was cancelled sees another `write_seq` and does nothing.
+    const std::uint64_t seq = ++conn->write_seq;
     conn->timer.expires_at(deadline);
-    auto expire = [conn](boost::system::error_code ec) {
-      if (ec) return;
-      conn->timed_out = true;
+    auto expire = [conn, seq](boost::system::error_code ec) {
+      if (ec || conn->write_seq != seq) return;
       boost::system::error_code ignored;
       conn->stream.socket().cancel(ignored);
     };
-    conn->timed_out = false;
     conn->timer.async_wait(std::move(expire));
+    std::erase_if(out, [](const Segment& s) { return s.length == 0; });  // MSG_MORE must see what follows
     Progress at;
     while (!sent.ec && at.segment < out.size()) {
       const Progress before = at;
@@ -692,9 +714,12 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
         sent.bytes += to - from;
         if (!out[i].data) self->metrics.sent_from_file(to - from);
       }
-      if (err == EAGAIN) {
+      const bool late = std::chrono::steady_clock::now() >= deadline;
+      if (err == EAGAIN && late) {
+        sent.ec = make_error_code(beast::error::timeout);
+      } else if (err == EAGAIN) {
         auto [ec] = co_await sock.async_wait(tcp::socket::wait_write, kTuple);
-        if (ec) sent.ec = conn->timed_out ? make_error_code(beast::error::timeout) : ec;
+        if (ec) sent.ec = std::chrono::steady_clock::now() >= deadline ? make_error_code(beast::error::timeout) : ec;
       } else if (err != 0) {  // the socket failed, or the file shrank under us (ENODATA)
         sent.ec = boost::system::error_code(err, boost::system::system_category());
       }
@@ -760,7 +785,7 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
         co_return reply("info", std::move(res));
       }
       std::string query = target->query;
-      Reply r = co_await slice(std::move(rest), std::move(query));
+      Reply r = co_await slice(std::move(rest), std::move(query), method == http::verb::head);
       co_return r;
     }
     const bool head = method == http::verb::head;
@@ -813,9 +838,10 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
       co_return reply("key", std::move(res));
     }
 
-    // If-Range: the ranges apply only to the representation the client has
-    // (a strong ETag, or exactly the Last-Modified date); otherwise all of it.
-    bool use_range = !pre.range.empty();
+    // Range applies to GET only (RFC 9110 14.2; HEAD answers as a plain GET
+    // would). If-Range: the ranges apply only to the representation the
+    // client has (its ETag, or exactly the Last-Modified date); else all of it.
+    bool use_range = !head && !pre.range.empty();
     if (use_range && !pre.if_range.empty()) {
       const std::string_view v = pre.if_range;
       if (v.starts_with('"') || v.starts_with("W/")) use_range = v == etag;
@@ -874,11 +900,14 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
       if (n != static_cast<ssize_t>(p.length)) {
         ReadOptions ro{ByteRange::from(p.offset, p.length), file->generation()};
         ReadResult rr;
+        bool failed = false;
         try {
           rr = co_await store->read(key, ro);
         } catch (const Error& e) {
-          spdlog::debug("server: key '{}': {}", key, e.what());
+          spdlog::warn("server: key '{}': {}", key, e.what());
+          failed = true;
         }
+        if (failed) co_return reply("key", text(http::status::internal_server_error, "store error"));
         if (!rr.value || rr.value->size() != p.length) {  // replaced or shrunk meanwhile: ask again
           Response busy = text(http::status::service_unavailable, "the value changed while it was read; retry");
           busy.set(http::field::retry_after, "0");
@@ -911,7 +940,7 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
   }
 
   // GET /api/v1/<array>?region=...&format=npy|raw
-  awaitable<Reply> slice(std::string path, std::string query) {
+  awaitable<Reply> slice(std::string path, std::string query, bool head) {
     auto fail = [](http::status s, std::string why) { return reply("slice", text(s, why)); };
     const auto params = parse_query(query);
     if (!params) co_return fail(http::status::bad_request, "malformed query string");
@@ -926,8 +955,6 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
     if (!path.empty())
       if (auto why = key_problem(path)) co_return fail(http::status::bad_request, "invalid path: " + *why);
 
-    // A slot among the slices in flight, held until the response is sent.
-    auto slot = co_await enter_slice_gate(shared_from_this());
     std::optional<Response> failure;
     Array array;
     try {
@@ -964,7 +991,21 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
       co_return fail(http::status::bad_request,
                      "region too large: " + (nbytes ? std::to_string(*nbytes) + " bytes" : std::string("overflow")) +
                          ", the limit is " + std::to_string(opt.max_response_bytes) + " bytes");
-    SliceBody body{array, region, std::move(header), slab_cuts(array, region, *nbytes), 0, {}};
+    Response res = respond(http::status::ok, "application/octet-stream");
+    res.set("X-Shape", join(shape));
+    res.set("X-Dtype", std::string(array.dtype().name()));
+    if (head) {  // the length is known without decoding anything
+      res.content_length(header.size() + *nbytes);
+      co_return reply("slice", std::move(res));
+    }
+    // A slot among the slices being decoded, held until the last slab is.
+    auto slot = co_await enter_slice_gate(shared_from_this());
+    if (!slot) {
+      Response busy = text(http::status::service_unavailable, "busy: too many slices waiting");
+      busy.set(http::field::retry_after, "1");
+      co_return reply("slice", std::move(busy));
+    }
+    SliceBody body{array, region, std::move(header), slab_cuts(array, region, *nbytes), 0, {}, std::move(slot)};
     body.row_bytes = region.start.empty() || shape[0] == 0 ? *nbytes : *nbytes / shape[0];
     // Reserve the memory of the two slabs in flight in the server-wide budget
     // until the response is sent.
@@ -977,7 +1018,7 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
       busy.set(http::field::retry_after, "1");
       co_return reply("slice", std::move(busy));
     }
-    std::shared_ptr<void> hold(nullptr, [self = shared_from_this(), reserved, slot](void*) {
+    std::shared_ptr<void> hold(nullptr, [self = shared_from_this(), reserved](void*) {
       self->metrics.release_slice_memory(reserved);
     });
     try {  // slab 0, decoded in the codec pool
@@ -988,9 +1029,6 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
       failure = error_response(e);
     }
     if (failure) co_return reply("slice", std::move(*failure));
-    Response res = respond(http::status::ok, "application/octet-stream");
-    res.set("X-Shape", join(shape));
-    res.set("X-Dtype", std::string(array.dtype().name()));
     co_return Reply{"slice", std::move(res), std::move(hold), std::move(body)};
   }
 
@@ -1011,25 +1049,35 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
   }
 
   // Waits for one of opt.max_slices_in_flight slots (first come, first
-  // served); the slot is given back when the returned handle goes.
+  // served) for at most opt.slice_queue_timeout. Returns a handle that gives
+  // the slot back when it goes, or null if the wait timed out.
   static awaitable<std::shared_ptr<void>> enter_slice_gate(std::shared_ptr<Impl> self) {
-    std::shared_ptr<asio::steady_timer> wait;
+    std::shared_ptr<GateWaiter> wait;
     const auto ex = co_await asio::this_coro::executor;
     {
       std::lock_guard lk(self->gate_mu);
       if (self->gate_busy < std::max<std::size_t>(1, self->opt.max_slices_in_flight)) {
         ++self->gate_busy;
       } else {
-        wait = std::make_shared<asio::steady_timer>(ex, asio::steady_timer::time_point::max());
+        wait = std::make_shared<GateWaiter>(ex, std::chrono::steady_clock::now() + self->opt.slice_queue_timeout);
         self->gate_queue.push_back(wait);
       }
     }
-    if (wait) co_await wait->async_wait(kTuple);  // "cancelled" by leave_slice_gate: the slot is ours
-    co_return std::shared_ptr<void>(nullptr, [self](void*) { self->leave_slice_gate(); });
+    if (wait) {
+      co_await wait->timer.async_wait(kTuple);  // cancelled when granted, else expired
+      std::lock_guard lk(self->gate_mu);
+      if (!wait->granted) {  // timed out: still queued, leave the queue
+        std::erase(self->gate_queue, wait);
+        co_return nullptr;
+      }
+    }
+    co_return std::shared_ptr<void>(self.get(), [self](void*) { self->leave_slice_gate(); });
   }
 
+  // Gives a slot back: to the first waiter (marked granted under the lock,
+  // so that its timer expiring meanwhile cannot lose the slot), else free.
   void leave_slice_gate() {
-    std::shared_ptr<asio::steady_timer> next;
+    std::shared_ptr<GateWaiter> next;
     {
       std::lock_guard lk(gate_mu);
       if (gate_queue.empty()) {
@@ -1038,8 +1086,9 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
       }
       next = std::move(gate_queue.front());
       gate_queue.pop_front();
+      next->granted = true;
     }
-    asio::post(next->get_executor(), [next] { next->cancel(); });
+    asio::post(next->timer.get_executor(), [next] { next->timer.cancel(); });
   }
 
   // Where a slice of `nbytes` is cut into slabs along its first dimension:
@@ -1050,10 +1099,16 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
     const std::uint64_t rows = region.stop[0] - region.start[0];
     const std::uint64_t chunk = array.metadata().chunk_shape[0];
     const std::uint64_t row_bytes = nbytes / rows;
-    const std::uint64_t chunks_per_slab = std::max<std::uint64_t>(1, kSlabBytes / std::max<std::uint64_t>(1, row_bytes * chunk));
+    std::uint64_t chunk_row_bytes = 0;
+    if (__builtin_mul_overflow(row_bytes, chunk, &chunk_row_bytes)) chunk_row_bytes = ~std::uint64_t{0};
+    const std::uint64_t chunks_per_slab = std::max<std::uint64_t>(1, kSlabBytes / std::max<std::uint64_t>(1, chunk_row_bytes));
+    // Over chunk indices, not offsets: an offset near 2^64 must not wrap.
     std::vector<std::uint64_t> cuts{region.start[0]};
-    std::uint64_t at = (region.start[0] / chunk + chunks_per_slab) * chunk;
-    for (; at < region.stop[0]; at += chunks_per_slab * chunk) cuts.push_back(at);
+    const std::uint64_t last = (region.stop[0] - 1) / chunk;
+    for (std::uint64_t c = region.start[0] / chunk; last - c >= chunks_per_slab;) {
+      c += chunks_per_slab;
+      cuts.push_back(c * chunk);
+    }
     cuts.push_back(region.stop[0]);
     return cuts;
   }

@@ -20,15 +20,17 @@
 //
 // Large values never pass through the loop's CPU: a key's file is opened
 // once (FilesystemStore::open_file); bodies up to 16 KiB are read from the
-// page cache and written with the header in one call, larger ones and every
-// range of them leave by sendfile(2), called on the server's transmit pool
+// page cache and written with the header in one call, larger responses
+// (whole values, ranges, multipart) leave by sendfile(2), called on the server's transmit pool
 // in steps of 1 MiB; the loop only waits for the socket to take more. A
 // slice is decoded and sent in slabs of whole chunk rows (about 4 MiB): each
 // slab is sent (from the transmit pool) while the next is decoded in the
 // codec pool, so a response holds two slabs, and a slow reader holds back
 // the decoding (back-pressure). If a slab fails to decode after the
 // header went out, the connection is closed (the body is short). At most
-// max_slices_in_flight slices are decoded at once; the others wait in order.
+// max_slices_in_flight slices are decoded at once; the others wait in order
+// (a slot is given back when the last slab is decoded, so slow readers do
+// not hold it). Range applies to GET only; HEAD answers as GET would.
 //
 // Defences: paths are percent-decoded, then validated as store keys and read
 // through FilesystemStore (no "..", no absolute paths, no symlinks out of the
@@ -60,11 +62,13 @@ struct ServerOptions {
   std::uint64_t max_body_bytes = 64 * 1024;           // request bodies are read and ignored; over it: 413
   std::uint64_t max_response_bytes = std::uint64_t{256} << 20;  // one slice response; over it: 400
   std::uint64_t slice_memory = std::uint64_t{1} << 30;  // slabs of all slice responses held at once; over it: 503
-  // Slices between opening their array and their last byte sent; more wait
+  // Slices being decoded (from their first slab to their last); more wait
   // their turn (first come, first served). Bounds the work the I/O loop has
   // ready at once, so that other requests (/healthz, small keys) are answered
   // quickly under a heavy slice load.
-  std::size_t max_slices_in_flight = 8;
+  std::size_t max_slices_in_flight = 8;  // 0 counts as 1
+  // A slice that waited this long for a slot is answered 503 (Retry-After).
+  std::chrono::milliseconds slice_queue_timeout{10'000};
   // Threads that copy large bodies into sockets (sendfile(2), send(2)), so
   // that the I/O loop never spends its CPU on them. 0: half the cores, at
   // least one (the rest stay free for the loop).
