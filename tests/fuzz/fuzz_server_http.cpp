@@ -1,8 +1,10 @@
 // The example server's request parsing (examples/server/http_util.hpp; pure
 // functions, no sockets): the input's first line is a value size, the second
-// a Range header, the rest a request target. Properties: a resolved partial
-// range lies inside the value; a parsed target's path decodes cleanly and
-// its query splits into parameters or is refused.
+// a Range header (also tried as an HTTP-date), the rest a request target.
+// Properties: resolved partial ranges are 1..kMaxRanges, each inside the
+// value, adding up to at most the value; a parsed date formats back to an
+// HTTP-date; a parsed target's path decodes cleanly and its query splits
+// into parameters or is refused.
 #include <charconv>
 
 #include "fuzz_common.hpp"
@@ -22,9 +24,22 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
 
   fuzz::typed([&] {
-    const auto r = server::resolve_range(range, value_size);
-    if (r.kind == server::RangeResult::Kind::partial)
-      fuzz::check(r.first <= r.last && r.last < value_size, "a partial range outside the value");
+    const auto r = server::resolve_ranges(range, value_size);
+    if (r.kind != server::RangeSet::Kind::partial) {
+      fuzz::check(r.ranges.empty(), "ranges without a partial result");
+      return;
+    }
+    fuzz::check(!r.ranges.empty() && r.ranges.size() <= server::kMaxRanges, "a partial result with 0 or too many ranges");
+    std::uint64_t total = 0;
+    for (const auto& x : r.ranges) {
+      fuzz::check(x.first <= x.last && x.last < value_size, "a partial range outside the value");
+      total += x.length();
+    }
+    fuzz::check(total <= value_size, "partial ranges adding up to more than the value");
+  });
+  fuzz::typed([&] {
+    if (const auto t = server::parse_http_date(range))
+      fuzz::check(server::http_date(*t).ends_with(" GMT"), "a parsed date that does not format as an HTTP-date");
   });
   fuzz::typed([&] {
     if (const auto t = server::parse_target(target)) {
