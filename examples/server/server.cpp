@@ -1,12 +1,10 @@
 #include "server.hpp"
 
-#include <fcntl.h>
 #include <pthread.h>
 #include <sys/sendfile.h>
 #include <sys/uio.h>
 
 #include <algorithm>
-#include <array>
 #include <atomic>
 #include <charconv>
 #include <csignal>
@@ -247,6 +245,7 @@ struct SliceBody {
   std::shared_ptr<void> slot;           // of the slice gate: given back once the last slab is decoded
 
   std::uint64_t size() const { return npy_header.size() + (cuts.back() - cuts.front()) * row_bytes; }
+  std::uint64_t slab_bytes(std::size_t k) const { return (cuts[k + 1] - cuts[k]) * row_bytes; }
   Region slab(std::size_t k) const {
     Region r = region;
     if (!r.start.empty()) r.start[0] = cuts[k], r.stop[0] = cuts[k + 1];
@@ -643,7 +642,7 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
         break;
       }
       const Region region = body.slab(k + 1);
-      next.resize((body.cuts[k + 2] - body.cuts[k + 1]) * body.row_bytes);
+      next.resize(body.slab_bytes(k + 1));
       const MutableByteSpan into(next);
       const auto ex = conn->stream.get_executor();
       auto write = asio::co_spawn(ex, transmit(self, conn, std::move(out), deadline), asio::deferred);
@@ -1005,13 +1004,13 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
       busy.set(http::field::retry_after, "1");
       co_return reply("slice", std::move(busy));
     }
-    SliceBody body{array, region, std::move(header), slab_cuts(array, region, *nbytes), 0, {}, std::move(slot)};
-    body.row_bytes = region.start.empty() || shape[0] == 0 ? *nbytes : *nbytes / shape[0];
+    const std::uint64_t row_bytes = region.start.empty() || shape[0] == 0 ? *nbytes : *nbytes / shape[0];
+    SliceBody body{array, region, std::move(header), slab_cuts(array, region, row_bytes), row_bytes, {}, std::move(slot)};
     // Reserve the memory of the two slabs in flight in the server-wide budget
     // until the response is sent.
     std::uint64_t largest = 0;
     for (std::size_t k = 0; k + 1 < body.cuts.size(); ++k)
-      largest = std::max(largest, (body.cuts[k + 1] - body.cuts[k]) * body.row_bytes);
+      largest = std::max(largest, body.slab_bytes(k));
     const std::uint64_t reserved = std::min(*nbytes, 2 * largest);
     if (!metrics.reserve_slice_memory(reserved, opt.slice_memory)) {
       Response busy = text(http::status::service_unavailable, "busy: too many large slices in flight");
@@ -1022,7 +1021,7 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
       self->metrics.release_slice_memory(reserved);
     });
     try {  // slab 0, decoded in the codec pool
-      body.first.resize((body.cuts[1] - body.cuts[0]) * body.row_bytes);
+      body.first.resize(body.slab_bytes(0));
       const Region first = body.slab(0);
       co_await array.read(first, MutableByteSpan(body.first));
     } catch (const Error& e) {
@@ -1091,14 +1090,13 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
     asio::post(next->timer.get_executor(), [next] { next->timer.cancel(); });
   }
 
-  // Where a slice of `nbytes` is cut into slabs along its first dimension:
-  // at chunk boundaries (a chunk is decoded once), about kSlabBytes each.
-  static std::vector<std::uint64_t> slab_cuts(const Array& array, const Region& region, std::uint64_t nbytes) {
+  // Where a slice with `row_bytes` per index of its first dimension is cut
+  // into slabs along it: at chunk boundaries (a chunk is decoded once),
+  // about kSlabBytes each.
+  static std::vector<std::uint64_t> slab_cuts(const Array& array, const Region& region, std::uint64_t row_bytes) {
     if (region.start.empty()) return {0, 1};  // rank 0: one element, one slab
     if (region.stop[0] == region.start[0]) return {region.start[0], region.start[0]};  // one empty slab
-    const std::uint64_t rows = region.stop[0] - region.start[0];
     const std::uint64_t chunk = array.metadata().chunk_shape[0];
-    const std::uint64_t row_bytes = nbytes / rows;
     std::uint64_t chunk_row_bytes = 0;
     if (__builtin_mul_overflow(row_bytes, chunk, &chunk_row_bytes)) chunk_row_bytes = ~std::uint64_t{0};
     const std::uint64_t chunks_per_slab = std::max<std::uint64_t>(1, kSlabBytes / std::max<std::uint64_t>(1, chunk_row_bytes));
