@@ -8,13 +8,19 @@
 #include <charconv>
 #include <random>
 
+#include <list>
+
+#include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/bind_executor.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <spdlog/spdlog.h>
 
 #include <zarrcoro/error.hpp>
@@ -146,6 +152,15 @@ namespace {
 // in batches of up to batch_chunks, and a partial batch only when no other
 // flow of this call can arrive without waiting (so a call touching N chunks
 // makes at most ceil(N / batch_chunks) submissions when nothing waits).
+//
+// Cancellation (start() with a handler whose cancellation slot is
+// connected): no further chunk is started, the store requests in flight
+// and the waits for budget, request slots and key locks are cancelled, and
+// codec work not yet begun is skipped; the operation completes with
+// Cancelled once the codec work already running (at most a chunk per pool
+// thread) has ended, so the caller's buffer is never touched afterwards.
+// A write's store requests in flight are cancelled too: each chunk keeps
+// its old value or gets its new one (stores replace values atomically).
 class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
  public:
   // The op's state is touched only from this executor: the io_context's own
@@ -162,21 +177,45 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
         batch_chunks_(std::max<std::size_t>(1, st_->rt->options().batch_chunks)) {}
   virtual ~ChunkOp() = default;
 
-  Strand strand() const { return strand_; }
+  // Runs the operation on the strand and completes `handler` (signature
+  // void(std::exception_ptr)) through its associated executor; honours the
+  // handler's cancellation slot (see above).
+  template <class Handler>
+  void start(Handler handler) {
+    auto slot = asio::get_associated_cancellation_slot(handler);
+    auto ex = asio::get_associated_executor(handler, strand_);
+    auto done = asio::bind_executor(ex, [h = std::move(handler)](std::exception_ptr e) mutable { std::move(h)(e); });
+    if (!slot.is_connected()) {
+      asio::co_spawn(strand_, run(), std::move(done));
+      return;
+    }
+    cancellable_ = true;
+    slot.assign([op = weak_from_this()](asio::cancellation_type) {
+      if (auto self = op.lock()) asio::dispatch(self->strand_, [self] { self->cancel(); });
+    });
+    asio::co_spawn(strand_, run(), asio::bind_cancellation_slot(run_signal_.slot(), std::move(done)));
+  }
 
-  // Runs the whole operation; call on strand().
+ private:
+  // Runs the whole operation; on strand_.
   asio::awaitable<void> run() {
     auto self = shared_from_this();
+    co_await asio::this_coro::throw_if_cancelled(false);  // cancel() decides what stops
     remaining_ = parts_.size();
     const std::size_t budget = st_->chunk_bytes() * budget_factor();
     auto slice_start = std::chrono::steady_clock::now();
     std::size_t fetched_at_once = 0;
     for (std::size_t i = 0; i < parts_.size(); ++i) {
-      if (!engine_.bytes.try_acquire(budget)) {
+      bool budget_taken = !cancelled_ && engine_.bytes.try_acquire(budget);
+      if (!budget_taken && !cancelled_) {
         spawner_idle_ = true;
         maybe_flush();
-        co_await engine_.bytes.acquire(budget);
+        budget_taken = co_await engine_.bytes.acquire(budget);
         spawner_idle_ = false;
+      }
+      if (!budget_taken) {  // cancelled: the parts not started are done
+        remaining_ -= parts_.size() - i;
+        break;
       }
       if (fetched_now(i)) {
         pending_.push_back(i);
@@ -189,14 +228,42 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
         continue;
       }
       ++active_;
-      asio::co_spawn(strand_, flow(self, i), [](std::exception_ptr e) {
-        if (e) spdlog::error("zarrcoro: chunk flow failed unexpectedly");
-      });
+      spawn(flow(self, i));
     }
     spawner_idle_ = true;
     maybe_flush();
     if (remaining_ > 0) co_await done_.wait();
+    finished_ = true;
     if (error_) std::rethrow_exception(error_);
+  }
+
+  // Spawns a chunk's fetch or store stage (which handles its own errors)
+  // on the strand, reachable by cancel() when the op is cancellable.
+  void spawn(asio::awaitable<void> stage) {
+    auto self = shared_from_this();
+    if (!cancellable_) {
+      asio::co_spawn(strand_, std::move(stage), [](std::exception_ptr e) {
+        if (e) spdlog::error("zarrcoro: chunk stage failed unexpectedly");
+      });
+      return;
+    }
+    // A signal per stage in flight, so that cancel() reaches its store request.
+    auto signal = stage_signals_.emplace(stage_signals_.end());
+    asio::co_spawn(strand_, std::move(stage),
+                   asio::bind_cancellation_slot(signal->slot(), [self, signal](std::exception_ptr) {
+                     // Dropped once the stage's coroutine has unwound.
+                     asio::post(self->strand_, [self, signal] { self->stage_signals_.erase(signal); });
+                   }));
+  }
+
+  // On strand_.
+  void cancel() {
+    if (cancelled_ || finished_) return;
+    cancelled_ = true;
+    cancel_flag_.store(true, std::memory_order_relaxed);
+    fail(std::make_exception_ptr(Cancelled("", "", "the operation on array '" + st_->path + "' was cancelled")));
+    run_signal_.emit(asio::cancellation_type::terminal);
+    for (auto& s : stage_signals_) s.emit(asio::cancellation_type::terminal);
   }
 
  protected:
@@ -217,7 +284,7 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
   // A versioned store read within the runtime's in-flight request limit,
   // conditional on `if_equal` when it is known.
   asio::awaitable<ReadResult> read(std::string key, ByteRange range, Generation if_equal) {
-    if (!engine_.requests.try_acquire(1)) co_await engine_.requests.acquire(1);
+    co_await acquire_request();
     ReadOptions options;
     options.range = range;
     options.if_equal = std::move(if_equal);
@@ -239,7 +306,7 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
   // file operations complete at once (see the regression test "thousands of
   // chunks").
   asio::awaitable<std::optional<Generation>> put(std::string key, std::optional<Bytes> value, Generation if_equal) {
-    if (!engine_.requests.try_acquire(1)) co_await engine_.requests.acquire(1);
+    co_await acquire_request();
     WriteOptions options;
     options.if_equal = std::move(if_equal);
     std::optional<Generation> g;
@@ -252,6 +319,15 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
     engine_.requests.release(1);
     co_return g;
   }
+
+  // A request slot; raises Cancelled if the wait for one was cancelled.
+  asio::awaitable<void> acquire_request() {
+    if (engine_.requests.try_acquire(1)) co_return;
+    const bool taken = co_await engine_.requests.acquire(1);  // (not inside a condition: g++ 12)
+    if (!taken) throw_cancelled();
+  }
+
+  [[noreturn]] void throw_cancelled() const { throw Cancelled("", "", "cancelled while waiting"); }
 
   // Runs one task through the scheduler (batched with whatever else is
   // submitted in this turn) and resumes when it is done.
@@ -280,6 +356,8 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
   detail::EngineState& engine_;
   Strand strand_;
   std::vector<ChunkPart> parts_;
+  bool cancelled_ = false;                // on strand_
+  std::atomic<bool> cancel_flag_{false};  // the same, for codec tasks on the pool
 
  private:
   // How long run() fetches synchronously before letting the io_context run
@@ -332,7 +410,7 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
   static asio::awaitable<void> after_batch(std::shared_ptr<ChunkOp> self, std::vector<std::size_t> ids) {
     for (auto i : ids) {
       if (auto& t = self->task(i); t.error) self->fail(t.error);
-      if (self->has_finish()) asio::co_spawn(self->strand_, finish_one(self, i), asio::detached);
+      if (self->has_finish()) self->spawn(finish_one(self, i));
       else self->chunk_done();
     }
     co_return;
@@ -374,6 +452,9 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
   std::size_t batch_chunks_;
   std::size_t active_ = 0, remaining_ = 0;
   bool spawner_idle_ = false;
+  bool cancellable_ = false, finished_ = false;
+  asio::cancellation_signal run_signal_;                // cancels run()'s budget wait
+  std::list<asio::cancellation_signal> stage_signals_;  // one per stage in flight
   std::vector<std::size_t> pending_;
   std::exception_ptr error_;
   Done done_;
@@ -387,7 +468,7 @@ class ReadOp final : public ChunkOp {
          MutableByteSpan out)
       : ChunkOp(std::move(st), std::move(parts)), region_shape_(region.shape()), out_(out) {
     tasks_.reserve(parts_.size());
-    for (std::size_t i = 0; i < parts_.size(); ++i) tasks_.emplace_back(this, i);
+    for (std::size_t i = 0; i < parts_.size(); ++i) tasks_.emplace_back(this, i).cancelled = &cancel_flag_;
   }
 
  private:
@@ -685,7 +766,7 @@ class WriteOp final : public ChunkOp {
           ByteSpan in)
       : ChunkOp(std::move(st), std::move(parts)), region_shape_(region.shape()), in_(in) {
     tasks_.reserve(parts_.size());
-    for (std::size_t i = 0; i < parts_.size(); ++i) tasks_.emplace_back(this, i);
+    for (std::size_t i = 0; i < parts_.size(); ++i) tasks_.emplace_back(this, i).cancelled = &cancel_flag_;
   }
 
  private:
@@ -713,8 +794,9 @@ class WriteOp final : public ChunkOp {
     t.key = st_->chunk_key(parts_[i].coords);
     if (!engine_.key_locks.try_lock(t.key)) {
       suspend_active();
-      co_await engine_.key_locks.lock(t.key);
+      const bool locked = co_await engine_.key_locks.lock(t.key);
       resume_active();
+      if (!locked) throw_cancelled();
     }
     t.locked = true;
     t.bytes = st_->chunk_bytes();
@@ -807,6 +889,7 @@ class WriteOp final : public ChunkOp {
         const auto stored = co_await put(t.key, std::move(value), if_equal);
         if (st_->shard) engine_.shard_indexes.invalidate(st_->store.get(), t.key);
         if (stored) break;
+        if (cancelled_) throw_cancelled();  // the chunk keeps what the other writer stored
         if (std::chrono::steady_clock::now() >= give_up)
           throw StoreError(t.key, "generation",
                            "other writers replaced the chunk during each of " + std::to_string(attempt) +
@@ -869,7 +952,18 @@ asio::awaitable<void> run_op(std::shared_ptr<const Array::State> st, Region regi
   auto parts = detail::plan_chunks(st->meta.shape, st->meta.chunk_shape, region);
   if (parts.empty()) co_return;
   auto op = std::make_shared<Op>(st, std::move(parts), region, buf);
-  co_await asio::co_spawn(op->strand(), op->run(), use_awaitable);
+  // The awaiting coroutine's cancellation slot reaches the op through this handler.
+  auto initiation = [op](auto handler) { op->start(std::move(handler)); };
+  co_await asio::async_initiate<decltype(use_awaitable), void(std::exception_ptr)>(std::move(initiation),
+                                                                                  use_awaitable);
+}
+
+asio::awaitable<NdArray> read_owned(std::shared_ptr<const Array::State> st, Region region) {
+  check_region(st->meta, region, std::nullopt);  // before the buffer is sized
+  NdArray a{st->meta.data_type, region.shape(), {}};
+  a.data.resize(region.num_elements() * st->meta.data_type.size());
+  co_await run_op<ReadOp>(st, std::move(region), MutableByteSpan(a.data));
+  co_return a;
 }
 
 }  // namespace
@@ -946,20 +1040,18 @@ const std::shared_ptr<Store>& Array::store() const { return state_->store; }
 std::string Array::chunk_key(std::span<const std::uint64_t> coords) const { return state_->chunk_key(coords); }
 std::string Array::describe_codecs() const { return state_->pipeline->describe(); }
 
+asio::any_io_executor Array::get_executor() const { return state_->rt->io_executor(); }
+asio::any_io_executor Array::executor_of(Runtime& rt) { return rt.io_executor(); }
+
+// Not coroutines: the operations hold the array's state, not the handle.
 asio::awaitable<void> Array::read(Region region, MutableByteSpan out) const {
-  co_await run_op<ReadOp>(state_, std::move(region), out);
+  return run_op<ReadOp>(state_, std::move(region), out);
 }
 
-asio::awaitable<NdArray> Array::read(Region region) const {
-  check_region(state_->meta, region, std::nullopt);  // before the buffer is sized
-  NdArray a{dtype(), region.shape(), {}};
-  a.data.resize(region.num_elements() * dtype().size());
-  co_await read(std::move(region), MutableByteSpan(a.data));
-  co_return a;
-}
+asio::awaitable<NdArray> Array::read(Region region) const { return read_owned(state_, std::move(region)); }
 
 asio::awaitable<void> Array::write(Region region, ByteSpan in) const {
-  co_await run_op<WriteOp>(state_, std::move(region), in);
+  return run_op<WriteOp>(state_, std::move(region), in);
 }
 
 void Array::read_blocking(const Region& region, MutableByteSpan out) const {

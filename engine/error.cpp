@@ -1,5 +1,8 @@
 #include <zarrcoro/error.hpp>
 
+#include <boost/asio/error.hpp>
+#include <boost/system/system_error.hpp>
+
 namespace zarrcoro {
 
 const char* to_string(Errc code) noexcept {
@@ -43,6 +46,39 @@ void throw_error(Errc code, std::string key, std::string field, const std::strin
     case Errc::invalid_argument: break;
   }
   throw InvalidArgument(std::move(key), std::move(field), message);
+}
+
+namespace {
+// Values are Errc + 1: an error_code of value 0 means success.
+class Category final : public boost::system::error_category {
+ public:
+  const char* name() const noexcept override { return "zarrcoro"; }
+  std::string message(int v) const override { return to_string(static_cast<Errc>(v - 1)); }
+};
+}  // namespace
+
+const boost::system::error_category& error_category() noexcept {
+  static const Category category;
+  return category;
+}
+
+boost::system::error_code make_error_code(Errc code) noexcept {
+  return {static_cast<int>(code) + 1, error_category()};
+}
+
+boost::system::error_code to_error_code(const std::exception_ptr& e) noexcept {
+  if (!e) return {};
+  try {
+    std::rethrow_exception(e);
+  } catch (const Cancelled&) {
+    return boost::asio::error::operation_aborted;
+  } catch (const Error& err) {
+    return make_error_code(err.code());
+  } catch (const boost::system::system_error& err) {
+    return err.code();
+  } catch (...) {
+    return make_error_code(boost::system::errc::io_error);
+  }
 }
 
 }  // namespace zarrcoro

@@ -72,6 +72,8 @@ awaitable<Group> Group::create(Runtime&, std::shared_ptr<Store> store, std::stri
   co_return Group(std::move(path), std::move(attributes), zarr_format);
 }
 
+boost::asio::any_io_executor Group::executor_of(Runtime& rt) { return rt.io_executor(); }
+
 Group Group::open_blocking(Runtime& rt, std::shared_ptr<Store> store, std::string path) {
   return detail::wait(rt, open(rt, std::move(store), std::move(path)));
 }

@@ -6,6 +6,8 @@
 #include <boost/asio/post.hpp>
 #include <spdlog/spdlog.h>
 
+#include <zarrcoro/error.hpp>
+
 namespace zarrcoro::detail {
 
 std::size_t TaskBatch::bytes() const {
@@ -47,6 +49,13 @@ namespace {
 // thread costs microseconds, more than a few KiB of trivial work. A task
 // splits into parts of at least about this many bytes, too.
 constexpr std::size_t kFanoutBytes = std::size_t{64} << 10;
+
+// Marks a task that was cancelled before it ran; true if it was.
+bool skip_cancelled(ChunkTask& task) {
+  if (!task.is_cancelled()) return false;
+  task.error = std::make_exception_ptr(Cancelled("", "", "cancelled before its codec work ran"));
+  return true;
+}
 }  // namespace
 
 Scheduler::Scheduler(boost::asio::any_io_executor io, boost::asio::thread_pool& pool,
@@ -67,6 +76,7 @@ void Scheduler::count(ChunkTask& task) {
 }
 
 void Scheduler::run_task(ChunkTask& task) {
+  if (skip_cancelled(task)) return;
   count(task);
   try {
     task.run();
@@ -194,14 +204,16 @@ bool Scheduler::start_split(PoolJob& job, std::size_t i) {
   ChunkTask* task = job.items[i].task;
   const std::size_t parts = job.items[i].parts;
   auto& s = job.splits[i];
-  count(*task);
   s.left.store(parts, std::memory_order_relaxed);
-  try {
-    task->prepare();
-  } catch (...) {
-    task->error = std::current_exception();
-    s.next.store(parts, std::memory_order_relaxed);  // nothing to claim
+  if (!skip_cancelled(*task)) {
+    count(*task);
+    try {
+      task->prepare();
+    } catch (...) {
+      task->error = std::current_exception();
+    }
   }
+  if (task->error) s.next.store(parts, std::memory_order_relaxed);  // nothing to claim
   const bool ok = !task->error;
   s.ready.store(true, std::memory_order_release);
   s.ready.notify_all();
@@ -221,6 +233,9 @@ void Scheduler::run_parts(PoolJob& job, std::size_t i) {
   if (s.next.load(std::memory_order_relaxed) >= parts) return;  // all claimed (the task may be gone)
   s.ready.wait(false, std::memory_order_acquire);
   for (std::size_t k; (k = s.next.fetch_add(1, std::memory_order_relaxed)) < parts;) {
+    if (!s.failed.load(std::memory_order_relaxed) && task->is_cancelled() &&
+        !s.failed.exchange(true, std::memory_order_relaxed))
+      skip_cancelled(*task);
     if (!s.failed.load(std::memory_order_relaxed)) {
       if (part_hook) part_hook(*task, k);
       try {

@@ -37,6 +37,9 @@ namespace zarrcoro::detail {
 // finish() (which must not throw) once on the thread that ran the last
 // part. An exception from prepare() skips the parts; the first one from a
 // part is kept and the parts not yet started are skipped.
+//
+// A task whose `cancelled` flag is set when its turn comes is not run (nor
+// its parts not yet started) and gets a Cancelled error instead.
 class ChunkTask {
  public:
   virtual ~ChunkTask() = default;
@@ -48,7 +51,10 @@ class ChunkTask {
   std::size_t bytes = 0;   // decoded bytes the task touches
   bool computes = true;    // false: only copies/fills bytes
   std::size_t max_parts = 1;
+  const std::atomic<bool>* cancelled = nullptr;  // the operation's, if it can be cancelled
   std::exception_ptr error;
+
+  bool is_cancelled() const { return cancelled && cancelled->load(std::memory_order_relaxed); }
 };
 
 // Tasks of one call, completed together: `on_done` runs once after every

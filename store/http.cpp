@@ -24,6 +24,7 @@ HttpStore::HttpStore(boost::asio::any_io_executor io, std::string base_url, Http
 HttpStore::~HttpStore() = default;
 
 std::string HttpStore::url() const { return url_; }
+boost::asio::any_io_executor HttpStore::get_executor() const { return client_->executor(); }
 
 HttpClientStats HttpStore::stats() const { return client_->stats(); }
 

@@ -359,6 +359,7 @@ S3Store::~S3Store() = default;
 const S3Options& S3Store::options() const { return impl_->options; }
 HttpClientStats S3Store::stats() const { return impl_->client->stats(); }
 std::string S3Store::url() const { return impl_->shown; }
+asio::any_io_executor S3Store::get_executor() const { return impl_->client->executor(); }
 
 // The condition headers of a write for `if_equal` (none when unknown). The
 // ETag goes without its quotes: radosgw compares a write's If-Match with

@@ -23,12 +23,39 @@
 // On a store that cannot version values these hold only for writers in one
 // Runtime.
 //
-// Two APIs over the same engine:
-//  - async: methods returning `awaitable<...>`; they may be awaited from a
-//    coroutine on any executor and resume on that executor.
+// Three APIs over the same engine (one implementation underneath):
+//  - awaitable: methods returning `awaitable<...>`; they may be awaited from
+//    a coroutine on any executor and resume on that executor. Errors are
+//    raised as the typed exceptions each method names.
+//  - completion token: `async_*` methods taking any Asio completion token
+//    (use_awaitable, use_future, deferred, a callback, as_tuple(...),
+//    bind_cancellation_slot(...)); they complete with
+//    void(std::exception_ptr[, result]): the same typed exception, which
+//    use_awaitable and use_future rethrow and which to_error_code (error.hpp)
+//    turns into an error_code for handler styles that want one. The handler's
+//    associated executor runs it (default: the runtime's io_context), and
+//    its cancellation slot is honoured (see Cancellation). See async.hpp.
 //  - blocking: `*_blocking` methods wait for the result. They may be called
 //    from many threads at once, but not from an I/O or codec thread of the
 //    runtime (that would deadlock): there they throw InvalidArgument.
+//
+// Cancellation (Asio per-operation cancellation; terminal, partial and total
+// all mean "stop"): of an async_* call through its handler's slot, or of an
+// awaitable read/write through the awaiting coroutine's cancellation state
+// (e.g. `co_await (a.read(r, out) || timer.async_wait(use_awaitable))` with
+// asio::experimental::awaitable_operators). A cancelled read or write
+// starts no further chunk, cancels its store requests in flight and its
+// waits for the byte budget, request slots and chunk locks (all released),
+// skips codec work not yet begun, and completes with Cancelled (error code
+// asio::error::operation_aborted) once the codec work already running has
+// ended: about one chunk's decode time. After completion it never touches
+// the caller's buffer; after a cancelled read the buffer's content is
+// unspecified. A cancelled write is chunk-granular: every chunk holds its old
+// or its new value, never a mix (stores replace values atomically, also when
+// a request is cancelled); which chunks got the new value is unspecified,
+// so rewrite the region to be sure. Open and create are cancelled through
+// their store requests. A deadline is a cancellation by a timer: see the
+// README ("Deadlines").
 //
 // Layout: buffers are C order, native byte order, `data_type.size()` bytes
 // per element; a region's buffer holds exactly region.num_elements()
@@ -42,6 +69,7 @@
 #include <string>
 #include <vector>
 
+#include <zarrcoro/async.hpp>
 #include <zarrcoro/bytes.hpp>
 #include <zarrcoro/dtype.hpp>
 #include <zarrcoro/metadata.hpp>
@@ -102,6 +130,18 @@ class Array {
   static Array open_blocking(Runtime& rt, std::shared_ptr<Store> store, std::string path);
   static Array create_blocking(Runtime& rt, std::shared_ptr<Store> store, std::string path,
                                ArrayMetadata metadata);
+  // Token forms of open and create: complete with void(std::exception_ptr, Array).
+  template <class Token>
+  static auto async_open(Runtime& rt, std::shared_ptr<Store> store, std::string path, Token&& token) {
+    return detail::async_spawn(executor_of(rt), open(rt, std::move(store), std::move(path)),
+                               std::forward<Token>(token));
+  }
+  template <class Token>
+  static auto async_create(Runtime& rt, std::shared_ptr<Store> store, std::string path, ArrayMetadata metadata,
+                           Token&& token) {
+    return detail::async_spawn(executor_of(rt), create(rt, std::move(store), std::move(path), std::move(metadata)),
+                               std::forward<Token>(token));
+  }
 
   const ArrayMetadata& metadata() const;
   const std::string& path() const;
@@ -112,6 +152,8 @@ class Array {
   std::string chunk_key(std::span<const std::uint64_t> chunk_coords) const;
   // A short text of the codec chain, e.g. "bytes(little),zstd(3)".
   std::string describe_codecs() const;
+  // The runtime's I/O executor: where the token forms run.
+  boost::asio::any_io_executor get_executor() const;
 
   // Reads `region` into `out` (region.num_elements() * dtype().size() bytes).
   // Raises InvalidArgument (region out of bounds, a byte size that does not
@@ -123,6 +165,23 @@ class Array {
   // The caller keeps `in` alive until the awaitable completes.
   awaitable<void> write(Region region, ByteSpan in) const;
 
+  // Token forms of read and write: same arguments, results and errors;
+  // complete with void(std::exception_ptr) (read into a buffer, write) or
+  // void(std::exception_ptr, NdArray). The caller keeps `out` / `in` alive
+  // until the handler runs. The handle may be dropped at once.
+  template <class Token>
+  auto async_read(Region region, MutableByteSpan out, Token&& token) const {
+    return detail::async_spawn(get_executor(), read(std::move(region), out), std::forward<Token>(token));
+  }
+  template <class Token>
+  auto async_read(Region region, Token&& token) const {
+    return detail::async_spawn(get_executor(), read(std::move(region)), std::forward<Token>(token));
+  }
+  template <class Token>
+  auto async_write(Region region, ByteSpan in, Token&& token) const {
+    return detail::async_spawn(get_executor(), write(std::move(region), in), std::forward<Token>(token));
+  }
+
   void read_blocking(const Region& region, MutableByteSpan out) const;
   NdArray read_blocking(const Region& region) const;
   void write_blocking(const Region& region, ByteSpan in) const;
@@ -130,6 +189,7 @@ class Array {
   struct State;  // engine internal
 
  private:
+  static boost::asio::any_io_executor executor_of(Runtime& rt);
   explicit Array(std::shared_ptr<const State> state) : state_(std::move(state)) {}
   std::shared_ptr<const State> state_;
 };
@@ -149,12 +209,26 @@ class Group {
   static Group open_blocking(Runtime& rt, std::shared_ptr<Store> store, std::string path);
   static Group create_blocking(Runtime& rt, std::shared_ptr<Store> store, std::string path,
                                nlohmann::json attributes = nlohmann::json::object(), int zarr_format = 3);
+  // Token forms: complete with void(std::exception_ptr, Group); see Array.
+  template <class Token>
+  static auto async_open(Runtime& rt, std::shared_ptr<Store> store, std::string path, Token&& token) {
+    return detail::async_spawn(executor_of(rt), open(rt, std::move(store), std::move(path)),
+                               std::forward<Token>(token));
+  }
+  template <class Token>
+  static auto async_create(Runtime& rt, std::shared_ptr<Store> store, std::string path, nlohmann::json attributes,
+                           int zarr_format, Token&& token) {
+    return detail::async_spawn(executor_of(rt),
+                               create(rt, std::move(store), std::move(path), std::move(attributes), zarr_format),
+                               std::forward<Token>(token));
+  }
 
   const std::string& path() const { return path_; }
   const nlohmann::json& attributes() const { return attributes_; }
   int zarr_format() const { return zarr_format_; }
 
  private:
+  static boost::asio::any_io_executor executor_of(Runtime& rt);
   Group(std::string path, nlohmann::json attrs, int zarr_format)
       : path_(std::move(path)), attributes_(std::move(attrs)), zarr_format_(zarr_format) {}
   std::string path_;

@@ -9,8 +9,12 @@
 // tells the user exactly where to look.
 #pragma once
 
+#include <exception>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+
+#include <boost/system/error_code.hpp>
 
 namespace zarrcoro {
 
@@ -64,4 +68,21 @@ ZARRCORO_ERROR_KIND(InvalidArgument, invalid_argument)
 [[noreturn]] void throw_error(Errc code, std::string key, std::string field,
                               const std::string& message);
 
+// Error codes, for completion handlers that want them. The completion-token
+// operations (array.hpp, store.hpp) complete with a std::exception_ptr
+// holding the typed Error (with key and field); to_error_code turns it into
+// a code:
+//  - null: success (a default error_code);
+//  - a zarrcoro::Error: make_error_code(its Errc), except Cancelled, which is
+//    boost::asio::error::operation_aborted like any cancelled Asio operation;
+//  - a boost::system::system_error (a failed or cancelled Asio operation): its code;
+//  - anything else: boost::system::errc::io_error's generic code.
+// The category's name is "zarrcoro"; its messages are to_string(Errc).
+const boost::system::error_category& error_category() noexcept;
+boost::system::error_code make_error_code(Errc code) noexcept;
+boost::system::error_code to_error_code(const std::exception_ptr& e) noexcept;
+
 }  // namespace zarrcoro
+
+template <>
+struct boost::system::is_error_code_enum<zarrcoro::Errc> : std::true_type {};

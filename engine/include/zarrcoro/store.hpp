@@ -35,8 +35,10 @@
 #include <string>
 #include <vector>
 
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 
+#include <zarrcoro/async.hpp>
 #include <zarrcoro/bytes.hpp>
 
 namespace zarrcoro {
@@ -144,6 +146,52 @@ class Store {
   // and never for long on a disk. Lets the engine fetch many small chunks
   // without a coroutine per chunk. Same errors as read. Default: nullopt.
   virtual std::optional<ReadResult> try_read_now(const std::string& key, const ReadOptions& options);
+
+  // The executor this store's I/O runs on (the io_context it was made
+  // with), where its token-form operations run; empty for a store that does
+  // no I/O of its own (MemoryStore; a decorator forwards its inner store's).
+  virtual boost::asio::any_io_executor get_executor() const { return {}; }
+
+  // Completion-token forms of get, set, erase, exists, list, read and write
+  // (see async.hpp): each runs the awaitable form on get_executor() (if
+  // empty, on the system executor) and completes with
+  // void(std::exception_ptr[, result]) through `token` (use_awaitable,
+  // use_future, deferred, a callback, as_tuple(...)). Same results and
+  // errors as the awaitable forms. Cancellation (the handler's slot) aborts
+  // the store's requests in flight (io_uring cancel, socket cancel): the
+  // operation then fails with boost::system::system_error
+  // (asio::error::operation_aborted); a cancelled write or set may or may
+  // not have replaced the value, never partly. The store must outlive the
+  // operation.
+  template <class Token>
+  auto async_get(std::string key, ByteRange range, Token&& token) {
+    return detail::async_spawn(get_executor(), get(std::move(key), range), std::forward<Token>(token));
+  }
+  template <class Token>
+  auto async_set(std::string key, Bytes value, Token&& token) {
+    return detail::async_spawn(get_executor(), set(std::move(key), std::move(value)), std::forward<Token>(token));
+  }
+  template <class Token>
+  auto async_erase(std::string key, Token&& token) {
+    return detail::async_spawn(get_executor(), erase(std::move(key)), std::forward<Token>(token));
+  }
+  template <class Token>
+  auto async_exists(std::string key, Token&& token) {
+    return detail::async_spawn(get_executor(), exists(std::move(key)), std::forward<Token>(token));
+  }
+  template <class Token>
+  auto async_list(std::string prefix, Token&& token) {
+    return detail::async_spawn(get_executor(), list(std::move(prefix)), std::forward<Token>(token));
+  }
+  template <class Token>
+  auto async_read(std::string key, ReadOptions options, Token&& token) {
+    return detail::async_spawn(get_executor(), read(std::move(key), std::move(options)), std::forward<Token>(token));
+  }
+  template <class Token>
+  auto async_write(std::string key, std::optional<Bytes> value, WriteOptions options, Token&& token) {
+    return detail::async_spawn(get_executor(), write(std::move(key), std::move(value), std::move(options)),
+                               std::forward<Token>(token));
+  }
 
   // False if a conditional erase is not atomic here (S3 servers ignore
   // If-Match on DeleteObject; S3Store checks, then deletes). The engine then

@@ -53,6 +53,7 @@ class CountingStore : public Store {
                                              WriteOptions options) override;
   // "counting+<inner url>"
   std::string url() const override;
+  boost::asio::any_io_executor get_executor() const override { return inner_->get_executor(); }
 
   // A snapshot of the counters.
   Counts counts() const;

@@ -105,6 +105,7 @@ class FilesystemStore : public Store {
   awaitable<std::vector<std::string>> list(std::string prefix) override;
   // "file://<absolute root>"
   std::string url() const override;
+  boost::asio::any_io_executor get_executor() const override { return io_; }
   // Versioned and conditional forms (see Store). The generation is the
   // device, inode, size and modification time of the file, taken from the
   // descriptor the read uses. A conditional write or erase holds an

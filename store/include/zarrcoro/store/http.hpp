@@ -144,6 +144,7 @@ class HttpStore : public Store {
   awaitable<std::vector<std::string>> list(std::string prefix) override;
   // The base URL, without a trailing '/'.
   std::string url() const override;
+  boost::asio::any_io_executor get_executor() const override;
 
   HttpClientStats stats() const;
 

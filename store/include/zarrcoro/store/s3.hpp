@@ -142,6 +142,7 @@ class S3Store : public Store {
   awaitable<std::vector<std::string>> list(std::string prefix) override;
   // "s3://bucket/prefix"
   std::string url() const override;
+  boost::asio::any_io_executor get_executor() const override;
 
   // One "directory" level (ListObjectsV2 with delimiter '/'): the keys
   // directly below `prefix` and the sub-prefixes (each ending in '/'), both

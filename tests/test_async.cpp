@@ -1,0 +1,382 @@
+// The Asio-native API: completion-token forms (use_future, callbacks,
+// deferred, as_tuple, use_awaitable), error codes, and per-operation
+// cancellation and deadlines of reads and writes on slow and real stores.
+#include <atomic>
+#include <cstring>
+#include <future>
+#include <numeric>
+#include <thread>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/experimental/parallel_group.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/use_future.hpp>
+#include <catch2/catch.hpp>
+
+#include <zarrcoro/array.hpp>
+#include <zarrcoro/error.hpp>
+#include <zarrcoro/runtime.hpp>
+#include <zarrcoro/store/filesystem.hpp>
+#include <zarrcoro/store/memory.hpp>
+
+#include "support.hpp"
+
+using namespace zarrcoro;
+using nlohmann::json;
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+
+namespace {
+
+const char* kZstd = R"([{"name":"bytes","configuration":{"endian":"little"}},{"name":"zstd","configuration":{"level":1}}])";
+
+ArrayMetadata meta_1d(std::uint64_t n, std::uint64_t chunk) {
+  ArrayMetadata m;
+  m.shape = {n};
+  m.chunk_shape = {chunk};
+  m.data_type = DataTypeKind::int32;
+  m.codecs = json::parse(kZstd);
+  return m;
+}
+
+std::vector<std::int32_t> iota_vec(std::size_t n, std::int32_t start) {
+  std::vector<std::int32_t> v(n);
+  std::iota(v.begin(), v.end(), start);
+  return v;
+}
+
+ByteSpan as_bytes(const auto& v) { return std::as_bytes(std::span(v)); }
+MutableByteSpan as_writable(auto&& v) { return std::as_writable_bytes(std::span(v)); }
+
+template <class T>
+T wait_for(std::future<T>& f) {
+  REQUIRE(f.wait_for(test::scaled(30s)) == std::future_status::ready);
+  return f.get();
+}
+
+// A MemoryStore whose gets and writes after the first `fast` of each wait
+// for `delay` (far longer than any test runs: only cancellation ends them).
+// It counts what started, what the delay held and what was cancelled.
+class SlowStore final : public Store {
+ public:
+  explicit SlowStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {}
+  std::size_t fast_gets = 0, fast_writes = 0;
+  std::chrono::hours delay{1};
+  std::atomic<std::size_t> gets{0}, writes{0}, held{0}, cancelled{0};
+
+  awaitable<std::optional<Bytes>> get(std::string key, ByteRange range) override {
+    co_await hold(gets++ >= fast_gets);
+    co_return co_await inner_->get(std::move(key), range);
+  }
+  awaitable<ReadResult> read(std::string key, ReadOptions options) override {
+    co_await hold(gets++ >= fast_gets);
+    co_return co_await inner_->read(std::move(key), std::move(options));
+  }
+  awaitable<std::optional<Generation>> write(std::string key, std::optional<Bytes> value,
+                                             WriteOptions options) override {
+    co_await hold(writes++ >= fast_writes);
+    co_return co_await inner_->write(std::move(key), std::move(value), std::move(options));
+  }
+  awaitable<void> set(std::string key, Bytes value) override { co_await inner_->set(std::move(key), std::move(value)); }
+  awaitable<void> erase(std::string key) override { co_await inner_->erase(std::move(key)); }
+  awaitable<bool> exists(std::string key) override { co_return co_await inner_->exists(std::move(key)); }
+  awaitable<std::vector<std::string>> list(std::string prefix) override {
+    co_return co_await inner_->list(std::move(prefix));
+  }
+  std::string url() const override { return "slow+" + inner_->url(); }
+
+ private:
+  awaitable<void> hold(bool slow) {
+    if (!slow) co_return;
+    ++held;
+    asio::steady_timer timer(co_await asio::this_coro::executor, delay);
+    auto [ec] = co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+    if (ec == asio::error::operation_aborted) ++cancelled;
+    if (ec) throw boost::system::system_error(ec);
+  }
+  std::shared_ptr<Store> inner_;
+};
+
+// Waits until `pred` holds (the runtime's threads make it so), or fails.
+template <class Pred>
+void wait_until(Pred pred) {
+  const auto give_up = std::chrono::steady_clock::now() + test::scaled(30s);
+  while (!pred()) {
+    REQUIRE(std::chrono::steady_clock::now() < give_up);
+    std::this_thread::sleep_for(1ms);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("every completion-token style reads and writes the same values") {
+  Runtime rt;
+  auto store = std::make_shared<MemoryStore>();
+  const auto a = Array::async_create(rt, store, "a", meta_1d(100, 10), asio::use_future).get();
+  const auto data = iota_vec(100, 1);
+
+  SECTION("use_future") {
+    a.async_write(Region::all(a.shape()), as_bytes(data), asio::use_future).get();
+    std::vector<std::int32_t> back(100);
+    a.async_read(Region::all(a.shape()), as_writable(back), asio::use_future).get();
+    CHECK(back == data);
+    const NdArray owned = a.async_read(Region{{5}, {8}}, asio::use_future).get();
+    CHECK(std::vector<std::int32_t>(owned.as<std::int32_t>().begin(), owned.as<std::int32_t>().end()) ==
+          std::vector<std::int32_t>{6, 7, 8});
+  }
+  SECTION("a callback runs on the runtime's I/O thread, with no error") {
+    std::promise<bool> on_io;
+    a.async_write(Region::all(a.shape()), as_bytes(data), [&](std::exception_ptr e) {
+      on_io.set_value(!e && rt.on_io_thread());
+    });
+    auto f = on_io.get_future();
+    CHECK(wait_for(f));
+    std::promise<std::pair<bool, std::vector<std::int32_t>>> got;
+    a.async_read(Region{{98}, {100}}, [&](std::exception_ptr e, NdArray r) {
+      got.set_value({!e, {r.as<std::int32_t>().begin(), r.as<std::int32_t>().end()}});
+    });
+    auto g = got.get_future();
+    CHECK(wait_for(g) == std::pair<bool, std::vector<std::int32_t>>{true, {99, 100}});
+  }
+  SECTION("deferred: nothing starts until the deferred operation is initiated") {
+    auto op = a.async_write(Region::all(a.shape()), as_bytes(data), asio::deferred);
+    CHECK_FALSE(asio::co_spawn(rt.io_executor(), store->exists("a/c/0"), asio::use_future).get());
+    std::move(op)(asio::use_future).get();
+    CHECK(asio::co_spawn(rt.io_executor(), store->exists("a/c/0"), asio::use_future).get());
+  }
+  SECTION("use_awaitable and as_tuple in a coroutine") {
+    auto task = [](Array a, std::vector<std::int32_t> data) -> asio::awaitable<std::vector<std::int32_t>> {
+      co_await a.async_write(Region::all(a.shape()), as_bytes(data), asio::use_awaitable);
+      Region first3{{0}, {3}};  // named: g++ 12 and braced temporaries beside co_await
+      auto [e, r] = co_await a.async_read(std::move(first3), asio::as_tuple(asio::use_awaitable));
+      if (e) std::rethrow_exception(e);
+      co_return std::vector<std::int32_t>(r.as<std::int32_t>().begin(), r.as<std::int32_t>().end());
+    };
+    CHECK(asio::co_spawn(rt.io_executor(), task(a, data), asio::use_future).get() ==
+          std::vector<std::int32_t>{1, 2, 3});
+  }
+}
+
+TEST_CASE("token forms report typed errors and their error codes") {
+  Runtime rt;
+  auto store = std::make_shared<MemoryStore>();
+  const auto a = Array::create_blocking(rt, store, "a", meta_1d(10, 5));
+
+  SECTION("use_future rethrows the typed error") {
+    std::vector<std::int32_t> out(3);
+    CHECK_THROWS_AS(a.async_read(Region{{8}, {11}}, as_writable(out), asio::use_future).get(), InvalidArgument);
+    CHECK_THROWS_AS(Array::async_open(rt, store, "missing", asio::use_future).get(), NotFound);
+    CHECK_THROWS_AS(Group::async_open(rt, store, "missing", asio::use_future).get(), NotFound);
+  }
+  SECTION("a callback gets the exception, to_error_code its code") {
+    std::promise<boost::system::error_code> code;
+    Array::async_open(rt, store, "missing", [&](std::exception_ptr e, Array) { code.set_value(to_error_code(e)); });
+    auto f = code.get_future();
+    const auto ec = wait_for(f);
+    CHECK(ec == make_error_code(Errc::not_found));
+    CHECK(ec.category().name() == std::string("zarrcoro"));
+    CHECK(ec.message() == "not found");
+    CHECK(to_error_code(nullptr) == boost::system::error_code());
+    CHECK(to_error_code(std::make_exception_ptr(Cancelled("", "", "x"))) == asio::error::operation_aborted);
+    CHECK(to_error_code(std::make_exception_ptr(CorruptChunk("k", "zstd", "x"))) ==
+          make_error_code(Errc::corrupt_chunk));
+  }
+}
+
+TEST_CASE("store and group token forms") {
+  Runtime rt;
+  SECTION("memory store (no executor of its own)") {
+    auto store = std::make_shared<MemoryStore>();
+    const Bytes v = test::hex("01 02 03 04");
+    store->async_set("k", v, asio::use_future).get();
+    CHECK(store->async_get("k", ByteRange::from(1, 2), asio::use_future).get() == test::hex("02 03"));
+    CHECK(store->async_exists("k", asio::use_future).get());
+    CHECK(store->async_list("", asio::use_future).get() == std::vector<std::string>{"k"});
+    store->async_erase("k", asio::use_future).get();
+    CHECK_FALSE(store->async_get("k", ByteRange::all(), asio::use_future).get().has_value());
+    CHECK_THROWS_AS(store->async_get("../k", ByteRange::all(), asio::use_future).get(), InvalidArgument);
+  }
+  SECTION("filesystem store: operations run on its io_context") {
+    test::TempDir dir("async");
+    auto store = std::make_shared<FilesystemStore>(rt.io_executor(), dir.path);
+    CHECK(store->get_executor() == rt.io_executor());
+    store->async_set("a/b", test::hex("ff"), asio::use_future).get();
+    std::promise<bool> on_io;
+    store->async_get("a/b", ByteRange::all(), [&](std::exception_ptr e, std::optional<Bytes> v) {
+      on_io.set_value(!e && v == test::hex("ff") && rt.on_io_thread());
+    });
+    auto f = on_io.get_future();
+    CHECK(wait_for(f));
+    const auto g = Group::async_create(rt, store, "g", json{{"x", 1}}, 3, asio::use_future).get();
+    CHECK(Group::async_open(rt, store, "g", asio::use_future).get().attributes() == json{{"x", 1}});
+  }
+}
+
+// A read of 64 chunks from a store whose gets after the first 8 never end
+// unless cancelled; the read is cancelled once every request slot holds
+// such a get (or, with a small byte budget, while it waits for budget).
+TEST_CASE("a cancelled read completes with Cancelled, aborts its store requests, decodes nothing more, "
+          "releases its budget and never writes the buffer afterwards") {
+  const bool budget_bound = GENERATE(false, true);
+  CAPTURE(budget_bound);
+  RuntimeOptions o;
+  o.max_inflight_requests = budget_bound ? 64 : 4;
+  o.max_inflight_bytes = budget_bound ? 4 * 16 * 4 : 1 << 20;  // 4 chunks: the spawner waits for budget
+  Runtime rt(o);
+  auto memory = std::make_shared<MemoryStore>();
+  const auto data = iota_vec(64 * 16, 7);
+  Array::create_blocking(rt, memory, "a", meta_1d(64 * 16, 16)).write_blocking(Region::all({64 * 16}), as_bytes(data));
+  auto slow = std::make_shared<SlowStore>(memory);
+  slow->fast_gets = 1;  // the metadata
+  const auto a = Array::open_blocking(rt, slow, "a");
+  const std::size_t gets_before = slow->gets;
+  slow->fast_gets = gets_before + 8;
+
+  std::vector<std::int32_t> out(64 * 16, 0x5a5a5a5a);
+  asio::cancellation_signal cancel;
+  rt.reset_stats();
+  auto done = a.async_read(Region::all(a.shape()), as_writable(out),
+                           asio::bind_cancellation_slot(cancel.slot(), asio::use_future));
+  const std::size_t in_flight = 4;  // request slots, or chunks of budget
+  wait_until([&] { return slow->held == in_flight; });
+  const std::size_t gets_at_cancel = slow->gets;
+  asio::post(rt.io_executor(), [&] { cancel.emit(asio::cancellation_type::terminal); });
+  REQUIRE(done.wait_for(test::scaled(30s)) == std::future_status::ready);
+  CHECK_THROWS_AS(done.get(), Cancelled);
+  const auto canary = out;
+  const auto decodes = rt.stats().codec_calls;
+
+  CHECK(slow->cancelled == in_flight);                  // every held get was aborted
+  CHECK(slow->gets == gets_at_cancel);                  // and none started afterwards
+  CHECK(gets_at_cancel - gets_before == 8 + in_flight);
+  // Budget-bound, the first 8 chunks were decoded to free budget; otherwise
+  // they waited for a fuller batch and were skipped.
+  CHECK(decodes == (budget_bound ? 8 : 0));
+
+  // The budget and the request slots are back: a read of every chunk (the
+  // whole budget and more) from the fast store completes.
+  const auto fast = Array::open_blocking(rt, memory, "a");
+  std::vector<std::int32_t> back(64 * 16);
+  auto full = fast.async_read(Region::all(fast.shape()), as_writable(back), asio::use_future);
+  wait_for(full);
+  CHECK(back == data);
+  CHECK(rt.stats().codec_calls == decodes + 64);  // only the second read decoded
+  CHECK(out == canary);
+}
+
+TEST_CASE("a deadline on an awaitable read: awaitable_operators race it against a timer") {
+  Runtime rt;
+  auto memory = std::make_shared<MemoryStore>();
+  Array::create_blocking(rt, memory, "a", meta_1d(32 * 16, 16)).write_blocking(Region::all({32 * 16}),
+                                                                               as_bytes(iota_vec(32 * 16, 0)));
+  auto slow = std::make_shared<SlowStore>(memory);
+  slow->fast_gets = 1;  // the metadata
+  const auto a = Array::open_blocking(rt, slow, "a");
+
+  auto with_deadline = [](Array a, std::chrono::milliseconds limit) -> asio::awaitable<std::size_t> {
+    using namespace asio::experimental::awaitable_operators;
+    std::vector<std::int32_t> out(a.shape()[0]);
+    asio::steady_timer deadline(co_await asio::this_coro::executor, limit);
+    auto read = a.read(Region::all(a.shape()), as_writable(out));  // named first (g++ 12)
+    auto timeout = deadline.async_wait(asio::use_awaitable);
+    auto winner = co_await (std::move(read) || std::move(timeout));
+    co_return winner.index();
+  };
+  CHECK(asio::co_spawn(rt.io_executor(), with_deadline(a, test::scaled(200ms)), asio::use_future).get() == 1);
+  CHECK(slow->held > 0);
+  CHECK(slow->cancelled == slow->held);
+}
+
+TEST_CASE("a deadline on a token-form read: parallel_group with a timer") {
+  Runtime rt;
+  auto memory = std::make_shared<MemoryStore>();
+  Array::create_blocking(rt, memory, "a", meta_1d(8 * 16, 16)).write_blocking(Region::all({8 * 16}),
+                                                                             as_bytes(iota_vec(8 * 16, 0)));
+  auto slow = std::make_shared<SlowStore>(memory);
+  slow->fast_gets = 1;
+  const auto a = Array::open_blocking(rt, slow, "a");
+  std::vector<std::int32_t> out(8 * 16);
+  asio::steady_timer deadline(rt.io_executor(), test::scaled(200ms));
+  auto [order, read_error, timer_error] =
+      asio::experimental::make_parallel_group(a.async_read(Region::all(a.shape()), as_writable(out), asio::deferred),
+                                              deadline.async_wait(asio::deferred))
+          .async_wait(asio::experimental::wait_for_one(), asio::use_future)
+          .get();
+  CHECK(order[0] == 1);  // the timer completed first
+  CHECK(to_error_code(read_error) == asio::error::operation_aborted);
+  CHECK_FALSE(timer_error);
+  CHECK(slow->cancelled == slow->held);
+}
+
+TEST_CASE("a cancelled write leaves every chunk old or new, never torn, and releases its chunk locks") {
+  Runtime rt;
+  auto memory = std::make_shared<MemoryStore>();
+  const auto old_data = iota_vec(16 * 16, 1000);
+  Array::create_blocking(rt, memory, "a", meta_1d(16 * 16, 16)).write_blocking(Region::all({16 * 16}),
+                                                                              as_bytes(old_data));
+  auto slow = std::make_shared<SlowStore>(memory);
+  slow->fast_gets = 1000;
+  slow->fast_writes = 4;
+  const auto a = Array::open_blocking(rt, slow, "a");
+  const auto new_data = iota_vec(16 * 16, -5000);
+  asio::cancellation_signal cancel;
+  auto done = a.async_write(Region::all(a.shape()), as_bytes(new_data),
+                            asio::bind_cancellation_slot(cancel.slot(), asio::use_future));
+  wait_until([&] { return slow->writes == 16; });  // 4 stored, 12 held
+  asio::post(rt.io_executor(), [&] { cancel.emit(asio::cancellation_type::terminal); });
+  REQUIRE(done.wait_for(test::scaled(30s)) == std::future_status::ready);
+  CHECK_THROWS_AS(done.get(), Cancelled);
+  CHECK(slow->cancelled == 12);
+
+  const auto back = Array::open_blocking(rt, memory, "a").read_blocking(Region::all({16 * 16}));
+  const auto v = back.as<std::int32_t>();
+  std::size_t new_chunks = 0;
+  for (std::size_t c = 0; c < 16; ++c) {
+    const bool is_new = std::equal(v.begin() + c * 16, v.begin() + c * 16 + 16, new_data.begin() + c * 16);
+    const bool is_old = std::equal(v.begin() + c * 16, v.begin() + c * 16 + 16, old_data.begin() + c * 16);
+    CHECK((is_new || is_old));
+    new_chunks += is_new;
+  }
+  CHECK(new_chunks == 4);
+  // The chunk locks are free: a partial write over the same chunks completes.
+  const std::vector<std::int32_t> one{42};
+  Array::open_blocking(rt, memory, "a").write_blocking(Region{{17}, {18}}, as_bytes(one));
+}
+
+TEST_CASE("a read cancelled on the filesystem store completes with Cancelled before decoding every chunk") {
+  test::TempDir dir("cancel-fs");
+  Runtime rt;
+  auto store = std::make_shared<FilesystemStore>(rt.io_executor(), dir.path);
+  const std::uint64_t n = 2048 * 64;
+  const auto data = iota_vec(n, 3);
+  Array::create_blocking(rt, store, "a", meta_1d(n, 64)).write_blocking(Region::all({n}), as_bytes(data));
+  const auto a = Array::open_blocking(rt, store, "a");
+  std::vector<std::int32_t> out(n, 0x5a5a5a5a);
+  asio::cancellation_signal cancel;
+  rt.reset_stats();
+  // Cancelled right after it starts, on the I/O thread: the read has fetched
+  // at most one slice of chunks.
+  std::promise<std::future<void>> started;
+  asio::post(rt.io_executor(), [&] {
+    started.set_value(a.async_read(Region::all(a.shape()), as_writable(out),
+                                   asio::bind_cancellation_slot(cancel.slot(), asio::use_future)));
+    cancel.emit(asio::cancellation_type::terminal);
+  });
+  auto done = started.get_future().get();
+  REQUIRE(done.wait_for(test::scaled(30s)) == std::future_status::ready);
+  CHECK_THROWS_AS(done.get(), Cancelled);
+  const auto canary = out;
+  CHECK(rt.stats().codec_calls < 2048);
+  std::vector<std::int32_t> back(n);
+  a.read_blocking(Region::all({n}), as_writable(back));  // budget and slots are free
+  CHECK(back == data);
+  CHECK(out == canary);
+}
