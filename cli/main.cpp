@@ -2,11 +2,17 @@
 // directory.
 //
 //   zarrcoro info PATH
+//   zarrcoro ls PATH [--recursive]
 //   zarrcoro export PATH OUT.npy [--region 0:10,5:20]
 //   zarrcoro import IN.npy PATH [--chunks 100,100] [--zarr-format 3|2]
 //                   [--codec zstd:3|gzip:5|blosc:lz4:5:shuffle|zlib:1|lz4|none]
 //                   [--endian little|big] [--order C|F] [--separator /|.]
-//                   [--fill-value JSON]
+//                   [--fill-value JSON] [--overwrite]
+//
+// ls prints the hierarchy at PATH as a tree (as zarr-python's Group.tree()):
+// "/" for the node at PATH, then one line per member, arrays with their
+// shape and data type; --recursive descends into groups. It needs a store
+// that can list keys (a directory, file://, s3://; not http(s)://).
 //
 // export writes every data type the engine reads, byte strings (S<n>),
 // unicode (U<n>) and structured types too, with the descr NumPy writes
@@ -230,6 +236,15 @@ ojson v2_array_info(Runtime& rt, Store& store, const fs::path& dir) {
   return out;
 }
 
+// True if `key` holds a value (false for a name that is no valid key).
+bool has_key(Runtime& rt, Store& store, const std::string& key) {
+  try {
+    return wait(rt, store.exists(key));
+  } catch (const InvalidArgument&) {
+    return false;
+  }
+}
+
 // `info` for a v2 group: attributes and the children holding a node.
 ojson v2_group_info(Runtime& rt, const std::shared_ptr<Store>& store, const fs::path& dir,
                     const std::vector<std::string>& subdirs) {
@@ -237,7 +252,7 @@ ojson v2_group_info(Runtime& rt, const std::shared_ptr<Store>& store, const fs::
   ojson children = ojson::array();
   for (const auto& name : subdirs) {
     std::string type;  // "" = not a node
-    if (fs::exists(dir / name / "zarr.json")) {
+    if (has_key(rt, *store, name + "/zarr.json")) {
       try {
         const auto j = read_doc(rt, *store, dir, name + "/zarr.json");
         type = j.is_object() && j.contains("node_type") && j["node_type"].is_string() ? j["node_type"].get<std::string>()
@@ -245,9 +260,9 @@ ojson v2_group_info(Runtime& rt, const std::shared_ptr<Store>& store, const fs::
       } catch (const Failure&) {
         type = "invalid";  // unreadable metadata: listed, not fatal for the parent
       }
-    } else if (fs::exists(dir / name / ".zarray")) {
+    } else if (has_key(rt, *store, name + "/.zarray")) {
       type = "array";
-    } else if (fs::exists(dir / name / ".zgroup")) {
+    } else if (has_key(rt, *store, name + "/.zgroup")) {
       type = "group";
     }
     if (!type.empty()) children.push_back(ojson{{"name", name}, {"node_type", type}});
@@ -262,18 +277,73 @@ void cmd_info(const fs::path& dir) {
   Runtime rt;
   auto store = open_dir(rt, dir, true);
   const Node node = read_node(rt, *store, dir);  // this tool's own messages for a missing or untyped node
-  std::vector<std::string> subdirs;  // a group's candidate children
-  if (is_remote(dir)) {
+  std::vector<std::string> subdirs;  // a group's candidate children (an array lists nothing: HTTP cannot)
+  if (node.type == "group" && is_remote(dir)) {
     for (const auto& key : at(dir, [&] { return wait(rt, store->list("")); }))
       if (auto slash = key.find('/'); slash != std::string::npos) subdirs.push_back(key.substr(0, slash));
     subdirs.erase(std::unique(subdirs.begin(), subdirs.end()), subdirs.end());
-  } else {
+  } else if (node.type == "group") {
     for (const auto& e : fs::directory_iterator(dir))
       if (e.is_directory()) subdirs.push_back(e.path().filename().string());
   }
   std::sort(subdirs.begin(), subdirs.end());
   if (node.zarr_format == 2) print(node.type == "array" ? v2_array_info(rt, *store, dir) : v2_group_info(rt, store, dir, subdirs));
   else print(at(dir, [&] { return wait(rt, node_info(rt, store, "", subdirs)); }));
+}
+
+// " (10, 5) int32" for the array at `path` below the store root, from its
+// metadata document alone; the raw dtype when this build cannot parse it.
+std::string array_summary(Runtime& rt, Store& store, const fs::path& dir, const std::string& path, int zarr_format) {
+  const std::string prefix = path.empty() ? "" : path + "/";
+  const std::string key = prefix + (zarr_format == 2 ? ".zarray" : "zarr.json");
+  const auto j = read_doc(rt, store, dir, key);
+  if (!j.is_object()) throw Failure(quoted(dir) + ": invalid metadata: key '" + key + "': expected a JSON object");
+  std::string dtype;
+  try {
+    dtype = (zarr_format == 2 ? ArrayMetadata::from_v2_json(j, nullptr, key) : ArrayMetadata::from_json(j, key))
+                .data_type.describe();
+  } catch (const Error&) {
+    const auto& raw = j.value(zarr_format == 2 ? "dtype" : "data_type", nlohmann::json());
+    dtype = raw.is_string() ? raw.get<std::string>() : raw.dump();
+  }
+  std::string shape = "(";
+  const auto dims = j.contains("shape") && j["shape"].is_array() ? j["shape"] : nlohmann::json::array();
+  for (std::size_t i = 0; i < dims.size(); ++i) shape += (i ? ", " : "") + dims[i].dump();
+  return " " + shape + (dims.size() == 1 ? ",)" : ")") + " " + dtype;
+}
+
+void cmd_ls(const fs::path& dir, bool recursive) {
+  Runtime rt;
+  auto store = open_dir(rt, dir, true);
+  const Node node = read_node(rt, *store, dir);
+  if (node.type != "group") {
+    std::cout << "/" << array_summary(rt, *store, dir, "", node.zarr_format) << '\n';
+    return;
+  }
+  const auto members = at(dir, [&] { return Group::open_blocking(rt, store, "").members_blocking(recursive); });
+  // A member is its parent's last when no later member has the same parent.
+  auto parent = [](const std::string& p) { return p.substr(0, p.rfind('/') == std::string::npos ? 0 : p.rfind('/')); };
+  std::vector<bool> last(members.size());
+  std::vector<std::string> seen;
+  for (std::size_t i = members.size(); i-- > 0;) {
+    const std::string pa = parent(members[i].name);
+    last[i] = std::find(seen.begin(), seen.end(), pa) == seen.end();
+    if (last[i]) seen.push_back(pa);
+  }
+  std::string out = "/\n";
+  std::vector<bool> open;  // per depth: the ancestor at that depth has siblings after it
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    const NodeEntry& m = members[i];
+    const auto depth = static_cast<std::size_t>(std::count(m.name.begin(), m.name.end(), '/'));
+    open.resize(depth + 1);
+    open[depth] = !last[i];
+    for (std::size_t d = 0; d < depth; ++d) out += open[d] ? "│   " : "    ";
+    out += last[i] ? "└── " : "├── ";
+    out += m.name.substr(m.name.rfind('/') == std::string::npos ? 0 : m.name.rfind('/') + 1);
+    if (m.node_type == NodeType::array) out += array_summary(rt, *store, dir, m.name, m.zarr_format);
+    out += '\n';
+  }
+  std::cout << out;
 }
 
 void cmd_export(const fs::path& dir, const fs::path& out, const std::string& region) {
@@ -296,6 +366,7 @@ struct ImportOptions {
   std::string order = "C";
   std::string separator;  // default: "/" (v3), "." (v2)
   std::string fill_value;
+  bool overwrite = false;  // replace a Zarr node at PATH (and everything under it)
 };
 
 void cmd_import(const fs::path& in, const fs::path& dir, const ImportOptions& o) {
@@ -336,16 +407,28 @@ void cmd_import(const fs::path& in, const fs::path& dir, const ImportOptions& o)
     m.fill_value = parse_fill_value(j, m.data_type, "--fill-value");
   }
 
+  // --overwrite empties a local directory only when it holds a Zarr node:
+  // never a directory of other files given by mistake.
   std::error_code ec;
-  if (!is_remote(dir) && fs::exists(dir, ec) && !(fs::is_directory(dir, ec) && fs::is_empty(dir, ec)))
-    throw Failure(quoted(dir) + " already exists and is not an empty directory; refusing to overwrite it");
+  if (!is_remote(dir) && fs::exists(dir, ec) && !(fs::is_directory(dir, ec) && fs::is_empty(dir, ec))) {
+    if (!o.overwrite)
+      throw Failure(quoted(dir) + " already exists and is not an empty directory; refusing to overwrite it "
+                    "(--overwrite replaces a Zarr node there)");
+    if (!fs::exists(dir / "zarr.json", ec) && !fs::exists(dir / ".zarray", ec) && !fs::exists(dir / ".zgroup", ec))
+      throw Failure(quoted(dir) + " is not empty and holds no Zarr node (zarr.json, .zarray or .zgroup); "
+                    "refusing to overwrite it");
+  }
   Runtime rt;
   auto store = open_dir(rt, dir, false);
-  if (is_remote(dir) && (at(dir, [&] { return wait(rt, store->exists("zarr.json")); }) ||
-                         at(dir, [&] { return wait(rt, store->exists(".zarray")); })))
-    throw Failure(quoted(dir) + " already holds an array; refusing to overwrite it");
+  const CreateMode mode = o.overwrite ? CreateMode::overwrite : CreateMode::fail_if_exists;
   at(dir, [&] {
-    const Array a = Array::create_blocking(rt, store, "", std::move(m));
+    Array a;
+    try {
+      a = Array::create_blocking(rt, store, "", std::move(m), mode);
+    } catch (const AlreadyExists& e) {
+      throw Failure(quoted(dir) + " already holds a Zarr node ('" + e.key() +
+                    "'); refusing to overwrite it (--overwrite replaces it)");
+    }
     a.write_blocking(Region::all(a.shape()), data.data);
   });
 }
@@ -377,6 +460,11 @@ int main(int argc, char** argv) {
   auto* info = app.add_subcommand("info", "Print a JSON summary of the array or group at PATH");
   info->add_option("PATH", path, "Directory (or file://, http(s)://, s3:// URL) holding zarr.json, .zarray or .zgroup")->required();
 
+  bool recursive = false;
+  auto* ls = app.add_subcommand("ls", "Print the hierarchy at PATH as a tree (arrays with shape and data type)");
+  ls->add_option("PATH", path, "Directory (or file://, s3:// URL) holding the root node")->required();
+  ls->add_flag("-r,--recursive", recursive, "Descend into groups (default: the direct members only)");
+
   auto* exp = app.add_subcommand("export", "Write (a region of) the array at PATH to a .npy file");
   exp->add_option("PATH", path, "Directory or URL holding the array's zarr.json or .zarray")->required();
   exp->add_option("OUT", npy, "The .npy file to write")->required();
@@ -384,7 +472,7 @@ int main(int argc, char** argv) {
 
   auto* imp_cmd = app.add_subcommand("import", "Create a Zarr v3 or v2 array at PATH from a .npy file");
   imp_cmd->add_option("IN", npy, "The .npy file to read")->required();
-  imp_cmd->add_option("PATH", path, "Directory to create (absent or empty)")->required();
+  imp_cmd->add_option("PATH", path, "Directory to create (absent or empty; see --overwrite)")->required();
   auto* chunks = imp_cmd->add_option("--chunks", imp.chunks, "Chunk shape, e.g. 100,100 (default: one chunk)");
   imp_cmd->add_option("--codec", imp.codec,
                       std::string(kCodecForms) + " (default: zstd:3; v2: blosc:lz4:5:shuffle)");
@@ -400,19 +488,23 @@ int main(int argc, char** argv) {
   imp_cmd->add_option("--separator", imp.separator, "Chunk key separator (default: / for v3, . for v2)")
       ->check(CLI::IsMember({"/", "."}));
   imp_cmd->add_option("--fill-value", imp.fill_value, "Fill value as JSON, e.g. 0, -1.5, \"NaN\", [1, 0]");
+  imp_cmd->add_flag("--overwrite", imp.overwrite,
+                    "Replace a Zarr node at PATH, removing everything under it (a local PATH must hold "
+                    "zarr.json, .zarray or .zgroup)");
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
     if (app.get_subcommands().empty() && !app.remaining().empty())
-      return fail("unknown command '" + app.remaining().front() + "' (expected info, export or import)");
+      return fail("unknown command '" + app.remaining().front() + "' (expected info, ls, export or import)");
     return fail(e.what());
   }
   imp.chunks_given = chunks->count() > 0;
 
   try {
     if (*info) cmd_info(path);
+    else if (*ls) cmd_ls(path, recursive);
     else if (*exp) cmd_export(path, npy, region);
     else if (*imp_cmd) cmd_import(npy, path, imp);
     return 0;

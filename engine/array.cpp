@@ -1019,8 +1019,9 @@ asio::awaitable<Array> Array::open(Runtime& rt, std::shared_ptr<Store> store, st
 }
 
 asio::awaitable<Array> Array::create(Runtime& rt, std::shared_ptr<Store> store, std::string path,
-                                     ArrayMetadata metadata) {
+                                     ArrayMetadata metadata, CreateMode mode) {
   auto st = make_state(rt, store, std::move(path), std::move(metadata));
+  co_await detail::prepare_create(*store, st->path, mode);
   co_await detail::store_array_metadata(*store, st->path, st->meta);
   co_return Array(std::move(st));
 }
@@ -1030,8 +1031,8 @@ Array Array::open_blocking(Runtime& rt, std::shared_ptr<Store> store, std::strin
 }
 
 Array Array::create_blocking(Runtime& rt, std::shared_ptr<Store> store, std::string path,
-                             ArrayMetadata metadata) {
-  return detail::wait(rt, create(rt, std::move(store), std::move(path), std::move(metadata)));
+                             ArrayMetadata metadata, CreateMode mode) {
+  return detail::wait(rt, create(rt, std::move(store), std::move(path), std::move(metadata), mode));
 }
 
 const ArrayMetadata& Array::metadata() const { return state_->meta; }

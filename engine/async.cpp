@@ -18,6 +18,9 @@ template void spawn<Array>(boost::asio::any_io_executor, boost::asio::awaitable<
 template void spawn<Group>(boost::asio::any_io_executor, boost::asio::awaitable<Group>, AnyCompletion<Group>);
 template void spawn<NdArray>(boost::asio::any_io_executor, boost::asio::awaitable<NdArray>,
                              AnyCompletion<NdArray>);
+template void spawn<std::vector<NodeEntry>>(boost::asio::any_io_executor,
+                                            boost::asio::awaitable<std::vector<NodeEntry>>,
+                                            AnyCompletion<std::vector<NodeEntry>>);
 template void spawn<bool>(boost::asio::any_io_executor, boost::asio::awaitable<bool>, AnyCompletion<bool>);
 template void spawn<std::optional<Bytes>>(boost::asio::any_io_executor, boost::asio::awaitable<std::optional<Bytes>>,
                                           AnyCompletion<std::optional<Bytes>>);

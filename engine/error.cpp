@@ -14,6 +14,7 @@ const char* to_string(Errc code) noexcept {
     case Errc::not_found: return "not found";
     case Errc::cancelled: return "cancelled";
     case Errc::invalid_argument: return "invalid argument";
+    case Errc::already_exists: return "already exists";
   }
   return "error";
 }
@@ -43,6 +44,7 @@ void throw_error(Errc code, std::string key, std::string field, const std::strin
     case Errc::store_io: throw StoreError(std::move(key), std::move(field), message);
     case Errc::not_found: throw NotFound(std::move(key), std::move(field), message);
     case Errc::cancelled: throw Cancelled(std::move(key), std::move(field), message);
+    case Errc::already_exists: throw AlreadyExists(std::move(key), std::move(field), message);
     case Errc::invalid_argument: break;
   }
   throw InvalidArgument(std::move(key), std::move(field), message);

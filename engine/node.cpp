@@ -69,6 +69,26 @@ awaitable<void> create_v2_parents(Store& store, const std::string& path) {
     co_await store.set(".zgroup", v2_json_bytes(zgroup));
 }
 
+awaitable<void> prepare_create(Store& store, std::string path, CreateMode mode) {
+  const std::string prefix = node_prefix(path);
+  if (mode == CreateMode::fail_if_exists) {
+    for (const char* doc : kNodeDocs) {
+      const std::string key = prefix + doc;
+      if (co_await store.exists(key))
+        throw AlreadyExists(key, "", "a node exists at '" + path + "' (create with CreateMode::overwrite to replace it)");
+    }
+    co_return;
+  }
+  std::vector<std::string> keys = co_await store.list(prefix), docs, rest;
+  for (auto& key : keys) {
+    const std::string_view name = std::string_view(key).substr(prefix.size());
+    const bool own_doc = name == "zarr.json" || name == ".zarray" || name == ".zgroup" || name == ".zattrs";
+    (own_doc ? docs : rest).push_back(std::move(key));
+  }
+  if (!docs.empty()) co_await store.erase_many(std::move(docs));
+  if (!rest.empty()) co_await store.erase_many(std::move(rest));
+}
+
 awaitable<ArrayMetadata> load_array_metadata(Store& store, std::string path) {
   const std::string key = array_metadata_key(path, 3);
   if (auto doc = co_await store.get(key)) co_return ArrayMetadata::from_json(parse_doc(*doc, key), key);

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include <zarrcoro/array.hpp>
 #include <zarrcoro/metadata.hpp>
 #include <zarrcoro/store.hpp>
 
@@ -22,6 +23,15 @@ awaitable<ArrayMetadata> load_array_metadata(Store& store, std::string path);
 // `.zarray`, `.zattrs` (erased when there are no attributes), and a
 // `.zgroup` at every ancestor that holds no node yet (v2 spec, "Groups").
 awaitable<void> store_array_metadata(Store& store, std::string path, ArrayMetadata metadata);
+
+// The metadata document names that make a node, in the order they are
+// looked for: v3 `zarr.json`, v2 `.zarray`, v2 `.zgroup`.
+inline constexpr const char* kNodeDocs[] = {"zarr.json", ".zarray", ".zgroup"};
+
+// Readies `path` for a new node: with fail_if_exists raises AlreadyExists
+// naming the first metadata document found there; with overwrite removes
+// every key under the node's prefix (its metadata documents first).
+awaitable<void> prepare_create(Store& store, std::string path, CreateMode mode);
 
 // The v3-style codec list the codec pipeline is built from (v2: translated
 // from the dtype, order, filters and compressor).

@@ -42,6 +42,10 @@ awaitable<ReadResult> Store::read(std::string key, ReadOptions options) {
   co_return r;
 }
 
+awaitable<void> Store::erase_many(std::vector<std::string> keys) {
+  for (auto& key : keys) co_await erase(std::move(key));
+}
+
 std::optional<ReadResult> Store::try_read_now(const std::string&, const ReadOptions&) { return std::nullopt; }
 
 awaitable<std::optional<Generation>> Store::write(std::string key, std::optional<Bytes> value,

@@ -33,4 +33,5 @@ assert a.dtype == b.dtype and np.array_equal(a, b), "full export differs"
 assert np.array_equal(a[5:17, 3:9], p), "region export differs"
 PY
 grep -q '"shape"' "$work/info.json"
+[ "$("$cli" ls "$url")" = "/ (37, 23) int32" ]
 echo "1 passed, 0 failed"

@@ -120,7 +120,7 @@ void wait_until(Pred pred) {
 TEST_CASE("every completion-token style reads and writes the same values") {
   Runtime rt;
   auto store = std::make_shared<MemoryStore>();
-  const auto a = Array::async_create(rt, store, "a", meta_1d(100, 10), asio::use_future).get();
+  const auto a = Array::async_create(rt, store, "a", meta_1d(100, 10), CreateMode::fail_if_exists, asio::use_future).get();
   const auto data = iota_vec(100, 1);
 
   SECTION("use_future") {
@@ -215,8 +215,14 @@ TEST_CASE("store and group token forms") {
     });
     auto f = on_io.get_future();
     CHECK(wait_for(f));
-    const auto g = Group::async_create(rt, store, "g", json{{"x", 1}}, 3, asio::use_future).get();
+    const auto g = Group::async_create(rt, store, "g", json{{"x", 1}}, 3, CreateMode::fail_if_exists, asio::use_future)
+                       .get();
     CHECK(Group::async_open(rt, store, "g", asio::use_future).get().attributes() == json{{"x", 1}});
+    Array::create_blocking(rt, store, "g/a", meta_1d(4, 2));
+    const auto members = g.async_members(false, asio::use_future).get();
+    REQUIRE(members.size() == 1);
+    CHECK(members[0].name == "a");
+    CHECK(members[0].node_type == NodeType::array);
   }
 }
 

@@ -14,8 +14,12 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <zarrcoro/array.hpp>
 #include <zarrcoro/npy.hpp>
+#include <zarrcoro/runtime.hpp>
+#include <zarrcoro/store/filesystem.hpp>
 
+#include "fault_server.hpp"
 #include "support.hpp"
 
 namespace fs = std::filesystem;
@@ -591,4 +595,85 @@ TEST_CASE("b34 and b43: overflowing shapes and bad regions exit 2 with one line;
   for (const char* bad : {"0:5,0:6", "18446744073709551615,0:6", "0:18446744073709551616,0:6", "-1:4,0:6", "3:1,0:6",
                           "0:2"})
     fails(dir, {"export", regions, "bad.npy", "--region", bad}, "region");
+}
+
+TEST_CASE("cli: ls prints the hierarchy as a tree, arrays with shape and data type") {
+  REQUIRE_CLI();
+  TempDir dir;
+  {
+    Runtime rt;
+    auto store = std::make_shared<FilesystemStore>(rt.io_executor(), dir / "h");
+    auto meta = [](std::vector<std::uint64_t> shape, DataType t, int zarr_format) {
+      ArrayMetadata m;
+      m.zarr_format = zarr_format;
+      if (zarr_format == 2) m.chunk_key_encoding = {ChunkKeyEncoding::Kind::v2, '.'};
+      m.shape = shape;
+      m.chunk_shape = shape;
+      m.data_type = t;
+      m.codecs = nlohmann::json::parse(R"([{"name": "bytes", "configuration": {"endian": "little"}}])");
+      return m;
+    };
+    Group::create_blocking(rt, store, "");
+    Array::create_blocking(rt, store, "a", meta({10}, DataTypeKind::uint8, 3));
+    Group::create_blocking(rt, store, "g");
+    Array::create_blocking(rt, store, "g/b", meta({2, 3}, DataTypeKind::int32, 2));
+    Group::create_blocking(rt, store, "g/h", nlohmann::json::object(), 2);
+    Array::create_blocking(rt, store, "g/h/d", meta({4}, DataTypeKind::float64, 3));
+    Array::create_blocking(rt, store, "z", meta({3, 4}, DataTypeKind::int16, 3));
+  }
+  CHECK(ok(dir, {"ls", "h"}).out ==
+        "/\n"
+        "├── a (10,) uint8\n"
+        "├── g\n"
+        "└── z (3, 4) int16\n");
+  CHECK(ok(dir, {"ls", "h", "--recursive"}).out ==
+        "/\n"
+        "├── a (10,) uint8\n"
+        "├── g\n"
+        "│   ├── b (2, 3) int32\n"
+        "│   └── h\n"
+        "│       └── d (4,) float64\n"
+        "└── z (3, 4) int16\n");
+  CHECK(ok(dir, {"ls", "-r", "h/g/h"}).out == "/\n└── d (4,) float64\n");
+  CHECK(ok(dir, {"ls", "h/z"}).out == "/ (3, 4) int16\n");
+  fails(dir, {"ls", "nothing"}, "does not exist");
+  fails(dir, {"ls"}, "PATH");
+  fails(dir, {"frobnicate"}, "expected info, ls, export or import");
+}
+
+TEST_CASE("cli: info on an HTTP array reads it without listing; ls over HTTP says why it cannot") {
+  REQUIRE_CLI();
+  TempDir dir;
+  test::FaultServer server;
+  server.put("/g/zarr.json", R"({"zarr_format": 3, "node_type": "group"})");
+  server.put("/g/arr/zarr.json", R"({"zarr_format": 3, "node_type": "array", "shape": [2], "data_type": "uint8",
+      "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2]}},
+      "chunk_key_encoding": {"name": "default"}, "fill_value": 7, "codecs": [{"name": "bytes"}]})");
+  const auto j = nlohmann::json::parse(ok(dir, {"info", server.url() + "/g/arr"}).out);
+  CHECK(j["node_type"] == "array");
+  CHECK(j["shape"] == nlohmann::json::array({2}));
+  ok(dir, {"export", server.url() + "/g/arr", "o.npy"});
+  CHECK(read_npy(dir / "o.npy").data == Bytes{std::byte{7}, std::byte{7}});
+  CHECK(ok(dir, {"ls", server.url() + "/g/arr"}).out == "/ (2,) uint8\n");
+  fails(dir, {"ls", server.url() + "/g"}, "consolidated metadata is not supported yet");
+}
+
+TEST_CASE("cli: import --overwrite replaces a Zarr node, never a directory of other files") {
+  REQUIRE_CLI();
+  TempDir dir;
+  const NdArray first = make(DataTypeKind::float32, {6}, 1), second = make(DataTypeKind::int32, {6}, 2);
+  write_npy(dir / "first.npy", first);
+  write_npy(dir / "second.npy", second);
+  ok(dir, {"import", "first.npy", "arr", "--chunks", "2", "--codec", "none"});
+  fails(dir, {"import", "second.npy", "arr"}, "--overwrite");
+  ok(dir, {"import", "second.npy", "arr", "--overwrite", "--chunks", "3", "--zarr-format", "2"});
+  CHECK_FALSE(fs::exists(dir / "arr/zarr.json"));
+  CHECK_FALSE(fs::exists(dir / "arr/c"));
+  ok(dir, {"export", "arr", "back.npy"});
+  CHECK(read_npy(dir / "back.npy").data == second.data);
+
+  fs::create_directories(dir / "docs");
+  std::ofstream(dir / "docs/notes.txt") << "keep me";
+  fails(dir, {"import", "second.npy", "docs", "--overwrite"}, "holds no Zarr node");
+  CHECK(slurp(dir / "docs/notes.txt") == "keep me");
 }

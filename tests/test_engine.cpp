@@ -91,7 +91,8 @@ TEST_CASE("codec work never runs on an I/O thread", "[engine][invariant]") {
       auto a = Array::create_blocking(rt, store, multi ? "m" : "s",
                                       make_meta({8, 12}, multi ? std::vector<std::uint64_t>{4, 3}
                                                                : std::vector<std::uint64_t>{8, 12},
-                                                DataTypeKind::int32, codecs_json(chain)));
+                                                DataTypeKind::int32, codecs_json(chain)),
+                                      CreateMode::overwrite);  // the previous chain's array
       const auto data = iota_vec(96);
       rt.reset_stats();
       // Blocking API.

@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include <zarrcoro/array.hpp>
+#include <zarrcoro/error.hpp>
 #include <zarrcoro/runtime.hpp>
 #include <zarrcoro/store/filesystem.hpp>
 #include <zarrcoro/store/http.hpp>
@@ -457,6 +458,29 @@ TEST_CASE("HttpStore over nginx reads the shared fixtures exactly as the filesys
 
 // ---------------------------------------------------------------------------
 // Against the fault-injecting server
+
+TEST_CASE("HttpStore: a group's members need listing: UnsupportedError naming consolidated metadata; arrays open",
+          "[http][faults]") {
+  FaultServer server;
+  server.put("/h/zarr.json", R"({"zarr_format": 3, "node_type": "group"})");
+  server.put("/h/a/zarr.json", R"({"zarr_format": 3, "node_type": "array", "shape": [2], "data_type": "uint8",
+      "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2]}},
+      "chunk_key_encoding": {"name": "default"}, "fill_value": 7, "codecs": [{"name": "bytes"}]})");
+  Runtime rt;
+  auto http = std::make_shared<HttpStore>(rt.io_executor(), server.url() + "/h", fast());
+  const Group g = Group::open_blocking(rt, http, "");
+  try {
+    g.members_blocking();
+    FAIL("listed the members of a group over HTTP");
+  } catch (const UnsupportedError& e) {
+    CHECK(e.field() == "list");
+    CHECK(std::string(e.what()).find("consolidated metadata is not supported yet") != std::string::npos);
+  }
+  CHECK(Array::open_blocking(rt, http, "a").read_blocking(Region::all({2})).data == Bytes{std::byte{7}, std::byte{7}});
+  // Creating needs no listing to refuse: the node is found by its metadata.
+  ArrayMetadata m = Array::open_blocking(rt, http, "a").metadata();
+  CHECK_THROWS_AS(Array::create_blocking(rt, http, "a", m), AlreadyExists);
+}
 
 TEST_CASE("HttpStore: a server that ignores Range is sliced locally", "[http][faults]") {
   FaultServer server;

@@ -672,3 +672,52 @@ TEST_CASE("Array over S3: two runtimes writing one shard lose no update; a rewri
   CHECK(a1.read_blocking(Region::parse("20:22", m.shape)).as<std::int32_t>()[1] == 0);
   S3Harness(o).cleanup();
 }
+
+TEST_CASE("Group::members and create with overwrite on S3, with more keys than one listing page",
+          "[s3][rgw][array]") {
+  REQUIRE_RGW(r);
+  Runtime rt({.codec_threads = 1});
+  auto o = options(r, "hierarchy");
+  o.max_keys = 3;  // every listing below takes several pages
+  auto s3 = std::make_shared<S3Store>(rt.io_executor(), o);
+  ArrayMetadata m;
+  m.shape = {8};
+  m.chunk_shape = {2};
+  m.data_type = DataTypeKind::float32;
+  m.codecs = json::parse(R"([{"name":"bytes","configuration":{"endian":"little"}}])");
+  const Group root = Group::create_blocking(rt, s3, "");
+  const std::vector<float> ones(8, 1.5f);
+  Array::create_blocking(rt, s3, "a", m).write_blocking(Region::all(m.shape), std::as_bytes(std::span(ones)));
+  Group::create_blocking(rt, s3, "g");
+  ArrayMetadata v2 = m;
+  v2.zarr_format = 2;
+  v2.chunk_key_encoding = {ChunkKeyEncoding::Kind::v2, '.'};
+  Array::create_blocking(rt, s3, "g/b", v2).write_blocking(Region::all(m.shape), std::as_bytes(std::span(ones)));
+  Group::create_blocking(rt, s3, "g/h", json::object(), 2);
+  REQUIRE(run_on(rt, s3->list("")).size() == 1 + 5 + 1 + 5 + 1);  // > 3 pages
+
+  const std::vector<NodeEntry> all{{"a", NodeType::array, 3, false},
+                                   {"g", NodeType::group, 3, false},
+                                   {"g/b", NodeType::array, 2, false},
+                                   {"g/h", NodeType::group, 2, false}};
+  CHECK(root.members_blocking(true) == all);
+  CHECK(root.members_blocking() == std::vector<NodeEntry>{all[0], all[1]});
+
+  CHECK_THROWS_AS(Array::create_blocking(rt, s3, "a", m), AlreadyExists);
+  ArrayMetadata i32 = m;
+  i32.data_type = DataTypeKind::int32;
+  const auto before = s3->stats().requests;
+  const Array a = Array::create_blocking(rt, s3, "a", i32, CreateMode::overwrite);
+  // 2 listing pages of a/ (5 keys), 2 DeleteObjects (the metadata first,
+  // then the 4 chunks), 1 PutObject: not one DeleteObject per key.
+  CHECK(s3->stats().requests - before == 5);
+  CHECK(run_on(rt, s3->list("a/")) == Strings{"a/zarr.json"});
+  std::vector<std::int32_t> back(8, -1);
+  a.read_blocking(Region::all(a.shape()), std::as_writable_bytes(std::span(back)));
+  CHECK(back == std::vector<std::int32_t>(8, 0));  // the fill value, not 1069547520
+  CHECK(root.members_blocking(true) == all);
+
+  Group::create_blocking(rt, s3, "", json::object(), 3, CreateMode::overwrite);
+  CHECK(run_on(rt, s3->list("")) == Strings{"zarr.json"});
+  run_on(rt, s3->erase("zarr.json"));
+}

@@ -254,20 +254,22 @@ struct TestServer {
   }
 
   Array create(const std::string& path, DataType dtype, std::vector<std::uint64_t> shape,
-               std::vector<std::uint64_t> chunks, const char* codecs = kZstd) {
+               std::vector<std::uint64_t> chunks, const char* codecs = kZstd,
+               CreateMode mode = CreateMode::fail_if_exists) {
     ArrayMetadata m;
     m.shape = std::move(shape);
     m.chunk_shape = std::move(chunks);
     m.data_type = dtype;
     m.codecs = nlohmann::json::parse(codecs);
-    return Array::create_blocking(*rt, store, path, m);
+    return Array::create_blocking(*rt, store, path, m, mode);
   }
 };
 
 // An int32 array whose element (i, j) is i * 1000 + j - 5000, written whole.
 NdArray write_ints(TestServer& s, const std::string& path, std::vector<std::uint64_t> shape,
-                   std::vector<std::uint64_t> chunks, const char* codecs = kZstd) {
-  const Array a = s.create(path, DataTypeKind::int32, shape, std::move(chunks), codecs);
+                   std::vector<std::uint64_t> chunks, const char* codecs = kZstd,
+                   CreateMode mode = CreateMode::fail_if_exists) {
+  const Array a = s.create(path, DataTypeKind::int32, shape, std::move(chunks), codecs, mode);
   NdArray n{DataTypeKind::int32, shape, {}};
   n.data.resize(n.num_elements() * 4);
   auto v = n.as<std::int32_t>();
@@ -1181,7 +1183,7 @@ TEST_CASE("server: an array's metadata is reused for metadata_max_age, and read 
     TestServer s(opt);
     write_ints(s, "ints", {4, 4}, {2, 2});
     CHECK(get(s.port(), "/api/v1/ints?format=raw").body().size() == 64);
-    write_ints(s, "ints", {8, 4}, {2, 2});  // the array grows (new metadata)
+    write_ints(s, "ints", {8, 4}, {2, 2}, kZstd, CreateMode::overwrite);  // the array grows (new metadata)
     const auto r = get(s.port(), "/api/v1/ints?format=raw");
     CHECK(r.body().size() == (age.count() == 0 ? 128u : 64u));
   }

@@ -593,8 +593,8 @@ TEST_CASE("v2 groups: .zgroup and .zattrs, ancestors created, format reported", 
   // An array inside creates no .zgroup where a node already is.
   Array::create_blocking(env.rt, env.store, "a/b/c/arr", v2_meta(DataTypeKind::uint8, {2}, {2}));
   CHECK(env.keys("a/b/c/") == std::vector<std::string>{"a/b/c/.zgroup", "a/b/c/arr/.zarray"});
-  // v3 is preferred when both exist.
-  Group::create_blocking(env.rt, env.store, "a", json{{"v", 3}});
+  // v3 is preferred when both exist (create would refuse: written by hand).
+  env.put("a/zarr.json", R"({"zarr_format": 3, "node_type": "group", "attributes": {"v": 3}})");
   CHECK(Group::open_blocking(env.rt, env.store, "a").zarr_format() == 3);
 
   env.put("bad/.zgroup", R"({"zarr_format": 3})");
@@ -637,7 +637,7 @@ TEST_CASE("v2 attributes and fixed-length strings through the engine", "[v2][eng
   // Rewriting without attributes removes .zattrs (absent means {}).
   ArrayMetadata none = back.metadata();
   none.attributes = json::object();
-  Array::create_blocking(env.rt, env.store, "", none);
+  Array::create_blocking(env.rt, env.store, "", none, CreateMode::overwrite);
   CHECK_FALSE(env.get(".zattrs"));
 
   const Array s = Array::create_blocking(env.rt, env.store, "s", v2_meta(DataType::fixed_bytes(3), {2}, {2}));

@@ -84,6 +84,7 @@ Response error_response(const Error& e) {
   switch (e.code()) {
     case Errc::invalid_argument: return text(http::status::bad_request, e.what());
     case Errc::not_found: return text(http::status::not_found, e.what());
+    case Errc::already_exists: return text(http::status::conflict, e.what());
     case Errc::unsupported: return text(http::status::unprocessable_entity, e.what());
     case Errc::cancelled: return text(http::status::service_unavailable, "cancelled");
     case Errc::store_io:

@@ -114,6 +114,20 @@ struct NdArray {
   }
 };
 
+// What create does where a node already exists (zarr-python's modes "w-"
+// and "w"). A node exists at `path` when one of its metadata documents does:
+// `zarr.json`, `.zarray` or `.zgroup` (keys without one, e.g. stray chunks,
+// are no node). The check and the write are separate requests: two creators
+// racing for one path may both succeed, the last metadata written winning.
+enum class CreateMode {
+  fail_if_exists,  // raise AlreadyExists(key of the existing document, field "")
+  // Remove every key under the node's prefix first ("path/"; for the root
+  // "", the whole store): old metadata, chunks and child nodes. Needs a store
+  // that can list keys. The old node's metadata goes first, so a failure
+  // part way leaves no node, at worst unreferenced chunks.
+  overwrite,
+};
+
 class Array {
  public:
   // An empty handle, to be assigned from open() or create().
@@ -123,13 +137,16 @@ class Array {
   // Raises NotFound if there is no metadata document, InvalidMetadata /
   // UnsupportedError if it cannot be used (both naming key and field).
   static awaitable<Array> open(Runtime& rt, std::shared_ptr<Store> store, std::string path);
-  // Writes `metadata` (validated first) and returns the array. Existing
-  // chunks under `path` are left alone.
+  // Writes `metadata` (validated first, before the store is touched) and
+  // returns the array. Where a node exists at `path` (array or group, v2 or
+  // v3): AlreadyExists by default; CreateMode::overwrite removes it and
+  // everything under it first (see CreateMode). Also raises InvalidMetadata /
+  // UnsupportedError for metadata it cannot use, StoreError.
   static awaitable<Array> create(Runtime& rt, std::shared_ptr<Store> store, std::string path,
-                                 ArrayMetadata metadata);
+                                 ArrayMetadata metadata, CreateMode mode = CreateMode::fail_if_exists);
   static Array open_blocking(Runtime& rt, std::shared_ptr<Store> store, std::string path);
   static Array create_blocking(Runtime& rt, std::shared_ptr<Store> store, std::string path,
-                               ArrayMetadata metadata);
+                               ArrayMetadata metadata, CreateMode mode = CreateMode::fail_if_exists);
   // Token forms of open and create: complete with void(std::exception_ptr, Array).
   template <class Token>
   static auto async_open(Runtime& rt, std::shared_ptr<Store> store, std::string path, Token&& token) {
@@ -138,8 +155,9 @@ class Array {
   }
   template <class Token>
   static auto async_create(Runtime& rt, std::shared_ptr<Store> store, std::string path, ArrayMetadata metadata,
-                           Token&& token) {
-    return detail::async_spawn(executor_of(rt), create(rt, std::move(store), std::move(path), std::move(metadata)),
+                           CreateMode mode, Token&& token) {
+    return detail::async_spawn(executor_of(rt),
+                               create(rt, std::move(store), std::move(path), std::move(metadata), mode),
                                std::forward<Token>(token));
   }
 
@@ -194,7 +212,28 @@ class Array {
   std::shared_ptr<const State> state_;
 };
 
+enum class NodeType { array, group };
+
+// A node below a group, as Group::members reports it.
+struct NodeEntry {
+  // The path relative to the group: a member's name ("a"), or "a/b" for a
+  // deeper node in a recursive listing.
+  std::string name;
+  NodeType node_type = NodeType::group;
+  int zarr_format = 3;
+  // A group without a metadata document: a directory holding nodes below it
+  // (v2 stores written by other tools; Group::open cannot open one). It
+  // takes the zarr_format of its parent.
+  bool implicit = false;
+
+  bool operator==(const NodeEntry&) const = default;
+};
+
 // Groups (Zarr v3 core spec, "Group metadata"; Zarr v2 `.zgroup` + `.zattrs`).
+//
+// Thread-safety: a Group is a copyable handle to immutable values; every
+// method may be called concurrently. The blocking forms follow Array's rules
+// (not from a runtime thread: InvalidArgument).
 class Group {
  public:
   Group() = default;  // an empty handle, to be assigned from open() or create()
@@ -204,11 +243,17 @@ class Group {
   static awaitable<Group> open(Runtime& rt, std::shared_ptr<Store> store, std::string path);
   // zarr_format 2 writes `.zgroup`, `.zattrs` (when there are attributes)
   // and a `.zgroup` at each ancestor holding no node yet (v2 spec, "Groups").
+  // Where a node exists at `path`: AlreadyExists, or with
+  // CreateMode::overwrite, removed first with everything under it (see
+  // CreateMode). InvalidArgument for attributes that are not an object or a
+  // zarr_format other than 2 or 3 (before the store is touched).
   static awaitable<Group> create(Runtime& rt, std::shared_ptr<Store> store, std::string path,
-                                 nlohmann::json attributes = nlohmann::json::object(), int zarr_format = 3);
+                                 nlohmann::json attributes = nlohmann::json::object(), int zarr_format = 3,
+                                 CreateMode mode = CreateMode::fail_if_exists);
   static Group open_blocking(Runtime& rt, std::shared_ptr<Store> store, std::string path);
   static Group create_blocking(Runtime& rt, std::shared_ptr<Store> store, std::string path,
-                               nlohmann::json attributes = nlohmann::json::object(), int zarr_format = 3);
+                               nlohmann::json attributes = nlohmann::json::object(), int zarr_format = 3,
+                               CreateMode mode = CreateMode::fail_if_exists);
   // Token forms: complete with void(std::exception_ptr, Group); see Array.
   template <class Token>
   static auto async_open(Runtime& rt, std::shared_ptr<Store> store, std::string path, Token&& token) {
@@ -217,20 +262,43 @@ class Group {
   }
   template <class Token>
   static auto async_create(Runtime& rt, std::shared_ptr<Store> store, std::string path, nlohmann::json attributes,
-                           int zarr_format, Token&& token) {
+                           int zarr_format, CreateMode mode, Token&& token) {
     return detail::async_spawn(executor_of(rt),
-                               create(rt, std::move(store), std::move(path), std::move(attributes), zarr_format),
+                               create(rt, std::move(store), std::move(path), std::move(attributes), zarr_format, mode),
                                std::forward<Token>(token));
   }
 
   const std::string& path() const { return path_; }
   const nlohmann::json& attributes() const { return attributes_; }
   int zarr_format() const { return zarr_format_; }
+  const std::shared_ptr<Store>& store() const { return store_; }
+
+  // The nodes in this group, found from one Store::list of its prefix:
+  // a child holds `zarr.json` (v3; read for its node_type), else `.zarray`
+  // or `.zgroup` (v2), or is an implicit group (see NodeEntry). v2 and v3
+  // nodes are listed alike. `recursive`: every node below, descending
+  // through groups (never into an array); else the direct children.
+  // Order: depth first, siblings sorted by name (byte order), a group
+  // before its members. The awaitable does not refer to this handle.
+  // Raises UnsupportedError(field "list") on a store that cannot list keys
+  // (HTTP; listing through consolidated metadata is not supported yet),
+  // InvalidMetadata naming the key of a child `zarr.json` that is not JSON
+  // or lacks zarr_format 3 and node_type "array" or "group", StoreError.
+  awaitable<std::vector<NodeEntry>> members(bool recursive = false) const;
+  std::vector<NodeEntry> members_blocking(bool recursive = false) const;
+  // Token form: completes with void(std::exception_ptr, std::vector<NodeEntry>).
+  template <class Token>
+  auto async_members(bool recursive, Token&& token) const {
+    return detail::async_spawn(executor_of(*rt_), members(recursive), std::forward<Token>(token));
+  }
 
  private:
   static boost::asio::any_io_executor executor_of(Runtime& rt);
-  Group(std::string path, nlohmann::json attrs, int zarr_format)
-      : path_(std::move(path)), attributes_(std::move(attrs)), zarr_format_(zarr_format) {}
+  Group(Runtime& rt, std::shared_ptr<Store> store, std::string path, nlohmann::json attrs, int zarr_format)
+      : rt_(&rt), store_(std::move(store)), path_(std::move(path)), attributes_(std::move(attrs)),
+        zarr_format_(zarr_format) {}
+  Runtime* rt_ = nullptr;
+  std::shared_ptr<Store> store_;
   std::string path_;
   nlohmann::json attributes_;
   int zarr_format_ = 3;

@@ -26,6 +26,7 @@ enum class Errc {
   not_found,         // metadata document missing where one is required
   cancelled,         // the operation was cancelled
   invalid_argument,  // caller error: region out of bounds, buffer size, bad key
+  already_exists,    // create: a node exists where one is to be created
 };
 
 const char* to_string(Errc code) noexcept;
@@ -61,6 +62,7 @@ ZARRCORO_ERROR_KIND(StoreError, store_io)
 ZARRCORO_ERROR_KIND(NotFound, not_found)
 ZARRCORO_ERROR_KIND(Cancelled, cancelled)
 ZARRCORO_ERROR_KIND(InvalidArgument, invalid_argument)
+ZARRCORO_ERROR_KIND(AlreadyExists, already_exists)
 #undef ZARRCORO_ERROR_KIND
 
 // Throws the Error subclass that matches `code` (e.g. to re-raise an error

@@ -113,6 +113,12 @@ class Store {
   // True if `key` holds a value.
   virtual awaitable<bool> exists(std::string key) = 0;
 
+  // Removes every key in `keys`; absent keys are fine. Raises InvalidArgument
+  // for a bad key, StoreError naming the first key that could not be
+  // removed (earlier ones may be gone). The default erases them one by one;
+  // S3Store sends DeleteObjects requests of 1000 keys.
+  virtual awaitable<void> erase_many(std::vector<std::string> keys);
+
   // All keys starting with `prefix` (which is a plain string prefix; use a
   // trailing '/' to list a "directory"), in lexicographic order.
   virtual awaitable<std::vector<std::string>> list(std::string prefix) = 0;

@@ -156,7 +156,7 @@ class S3Store : public Store {
   // of them exists (absent keys are fine). Failure: InvalidArgument (a bad
   // key, before any request), StoreError naming the first key S3 could not
   // delete and its error code.
-  awaitable<void> erase_many(std::vector<std::string> keys);
+  awaitable<void> erase_many(std::vector<std::string> keys) override;
   // Removes every key starting with `prefix` (list, then erase_many);
   // returns how many there were. Failure: StoreError.
   awaitable<std::size_t> erase_prefix(std::string prefix);
