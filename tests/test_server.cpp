@@ -1158,6 +1158,30 @@ TEST_CASE("server: a client that disconnects mid-body releases the response, cou
   CHECK(get(s.port(), "/healthz").body() == "ok\n");
 }
 
+TEST_CASE("server: a client that goes away while its slice decodes cancels the decode, counted in /metrics") {
+  TestServer s;
+  // gzip at level 9: slab 0 (4 MiB) takes milliseconds to decode, while the
+  // client's close is seen at once.
+  const char* gzip = R"([{"name":"bytes","configuration":{"endian":"little"}},{"name":"gzip","configuration":{"level":9}}])";
+  write_ints(s, "ints", {2048, 2048}, {64, 64}, gzip);
+  s.rt->reset_stats();
+  {
+    Client a(s.port());
+    a.send("GET /api/v1/ints?format=raw HTTP/1.1\r\nHost: t\r\n\r\n");
+  }  // closed before any byte of the answer
+  CHECK(wait_for_metric(s.port(), "zarrcoro_http_requests_cancelled_total", [](double v) { return v >= 1; }) == 1);
+  // The decodes ended with the request: the counter no longer grows.
+  const auto decodes = s.rt->stats().codec_calls;
+  CHECK(decodes < 2048 * 2048 / (64 * 64));
+  CHECK(get(s.port(), "/healthz").body() == "ok\n");
+  CHECK(s.rt->stats().codec_calls == decodes);
+  CHECK(metric_now(s.port(), "zarrcoro_http_slice_memory_bytes") == 0);
+  // The next slice is whole.
+  Client b(s.port());
+  const auto r = b.get("/api/v1/ints?format=raw&region=0:2,0:2");
+  CHECK(r.result_int() == 200);
+}
+
 TEST_CASE("server: slices beyond max_slices_in_flight wait their turn, then complete exactly") {
   server::ServerOptions opt;
   opt.max_slices_in_flight = 1;

@@ -63,6 +63,10 @@ std::string Metrics::render(const RuntimeStats& stats, const LoopLag& lag) const
   metric(out, "zarrcoro_http_responses_aborted_total", "counter",
          "Responses that did not go out whole: the client went away, a write timed out, or a streamed slice failed.");
   sample(out, "zarrcoro_http_responses_aborted_total", static_cast<double>(aborted_.load()));
+  metric(out, "zarrcoro_http_requests_cancelled_total", "counter",
+         "Requests whose decoding was cancelled: the client went away, a write failed or timed out, or shutdown's "
+         "deadline passed.");
+  sample(out, "zarrcoro_http_requests_cancelled_total", static_cast<double>(cancelled_.load()));
   metric(out, "zarrcoro_http_sendfile_bytes_total", "counter", "Body bytes sent from files by sendfile(2), not copied.");
   sample(out, "zarrcoro_http_sendfile_bytes_total", static_cast<double>(sendfile_bytes_.load()));
   metric(out, "zarrcoro_http_slice_memory_bytes", "gauge", "Memory reserved by slice responses in flight.");

@@ -29,6 +29,10 @@ class Metrics {
   // A response that did not go out whole (client gone, write timeout, a
   // streamed slice that failed to decode after its header was sent).
   void response_aborted() { aborted_.fetch_add(1, std::memory_order_relaxed); }
+  // A request whose engine work (a slice's decodes) was cancelled because
+  // its client went away, its response's write failed or timed out, or
+  // shutdown's deadline passed.
+  void request_cancelled() { cancelled_.fetch_add(1, std::memory_order_relaxed); }
   void sent_from_file(std::uint64_t bytes) { sendfile_bytes_.fetch_add(bytes, std::memory_order_relaxed); }
   // The memory of slice responses in flight: reserves `bytes` if the total
   // stays within `limit` (true), else reserves nothing (false).
@@ -56,6 +60,7 @@ class Metrics {
   std::atomic<std::uint64_t> rejected_{0};
   std::atomic<std::uint64_t> timeouts_{0};
   std::atomic<std::uint64_t> aborted_{0};
+  std::atomic<std::uint64_t> cancelled_{0};
   std::atomic<std::uint64_t> sendfile_bytes_{0};
   std::atomic<std::uint64_t> slice_bytes_{0};
 };

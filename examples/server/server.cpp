@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 #include <sys/sendfile.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 
 #include <algorithm>
@@ -18,6 +19,8 @@
 #include <variant>
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/experimental/parallel_group.hpp>
@@ -213,6 +216,9 @@ struct Conn {
   asio::steady_timer timer;  // the write deadline of a body sent from the transmit pool
   std::uint64_t write_seq = 0;  // which transmission the timer belongs to
   bool idle = false;            // waiting for the next request (shutdown may close it)
+  // Cancels the engine work of the request in flight (its slice decodes);
+  // emitted on the connection's executor.
+  asio::cancellation_signal cancel_work;
 };
 
 // A key's file sent from its descriptor: `pieces` in order, each a short
@@ -508,10 +514,40 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
       std::string target(req.target());
       Preconditions pre = Preconditions::of(req);
       std::string cors(req[http::field::access_control_request_headers]);
-      try {
-        r = co_await self->handle(req.method(), std::move(target), std::move(pre), std::move(cors));
-      } catch (const std::exception& e) {
-        spdlog::error("server: {} {}: {}", std::string(req.method_string()), std::string(req.target()), e.what());
+      // An API request (one that decodes) is cancelled when its client
+      // goes away meanwhile, or at shutdown's deadline.
+      const bool decodes = target.starts_with("/api/");
+      std::exception_ptr failed;
+      bool gone = false;
+      if (decodes) {
+        const auto ex = stream.get_executor();
+        auto work = asio::co_spawn(ex, self->handle(req.method(), std::move(target), std::move(pre), std::move(cors)),
+                                   asio::deferred);
+        auto watch = asio::co_spawn(ex, client_gone(conn), asio::deferred);
+        auto group = asio::experimental::make_parallel_group(std::move(work), std::move(watch));
+        auto token = asio::bind_cancellation_slot(conn->cancel_work.slot(), use_awaitable);
+        auto [order, e, answer, watch_error, client_left] = co_await group.async_wait(UntilReplyOrGone{}, token);
+        failed = e;
+        gone = client_left;
+        r = std::move(answer);
+      } else {
+        try {
+          r = co_await self->handle(req.method(), std::move(target), std::move(pre), std::move(cors));
+        } catch (...) {
+          failed = std::current_exception();
+        }
+      }
+      if (gone) {  // nobody to answer
+        self->metrics.request_cancelled();
+        self->metrics.request_finished("cancelled", 499, 0);
+        break;
+      }
+      if (failed) {
+        try {
+          std::rethrow_exception(failed);
+        } catch (const std::exception& e) {
+          spdlog::error("server: {} {}: {}", std::string(req.method_string()), std::string(req.target()), e.what());
+        }
         r = reply("error", text(http::status::internal_server_error, "internal error"));
       }
       const bool keep_alive = req.keep_alive() && !self->stopping;
@@ -522,6 +558,29 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
     stream.socket().shutdown(tcp::socket::shutdown_send, ec);
     stream.close();
   }
+
+  // Completes true when the client has closed its end or the connection
+  // failed, false when it sent more (a pipelined request) or was cancelled.
+  static awaitable<bool> client_gone(std::shared_ptr<Conn> conn) {
+    auto& sock = conn->stream.socket();
+    auto [ec] = co_await sock.async_wait(tcp::socket::wait_read, kTuple);
+    if (ec == asio::error::operation_aborted) co_return false;
+    if (ec) co_return true;
+    char byte;
+    const auto n = ::recv(sock.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    co_return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+  }
+
+  // The wait of a request beside client_gone: done when the reply is ready
+  // (the watch is cancelled) or the client is gone (the request's work is).
+  struct UntilReplyOrGone {
+    asio::cancellation_type operator()(const std::exception_ptr&, const Reply&) const {
+      return asio::cancellation_type::terminal;
+    }
+    asio::cancellation_type operator()(const std::exception_ptr& e, bool gone) const {
+      return !e && gone ? asio::cancellation_type::terminal : asio::cancellation_type::none;
+    }
+  };
 
   // Writes a response to a request that could not be parsed.
   static awaitable<void> send_raw(std::shared_ptr<Impl> self, std::shared_ptr<Conn> conn, http::status status,
@@ -645,12 +704,18 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
       const Region region = body.slab(k + 1);
       next.resize(body.slab_bytes(k + 1));
       const MutableByteSpan into(next);
+      // A failed write (client gone, write timeout) cancels the decode,
+      // and shutdown's deadline both.
       const auto ex = conn->stream.get_executor();
-      auto write = asio::co_spawn(ex, transmit(self, conn, std::move(out), deadline), asio::deferred);
+      auto result = std::make_shared<Sent>();
+      auto write = asio::co_spawn(ex, transmit_or_throw(self, conn, std::move(out), deadline, result), asio::deferred);
       auto decode = asio::co_spawn(ex, body.array.read(region, into), asio::deferred);
       auto group = asio::experimental::make_parallel_group(std::move(write), std::move(decode));
-      auto [order, wex, s, failure] = co_await group.async_wait(asio::experimental::wait_for_all(), use_awaitable);
-      sent = {s.ec, sent.bytes + s.bytes};
+      auto token = asio::bind_cancellation_slot(conn->cancel_work.slot(), use_awaitable);
+      auto [order, wex, failure] = co_await group.async_wait(asio::experimental::wait_for_one_error(), token);
+      sent = {result->ec, sent.bytes + result->bytes};
+      if (!sent.ec && wex) sent.ec = make_error_code(asio::error::operation_aborted);  // cancelled before it began
+      if (is_cancelled(failure)) self->metrics.request_cancelled();
       if ((failure || wex) && !sent.ec) {
         try {
           std::rethrow_exception(failure ? failure : wex);
@@ -673,6 +738,25 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
 
     static Segment of(const std::string& text) { return {text.data(), -1, 0, text.size()}; }
   };
+
+  // transmit, failing with system_error when it fails (for a parallel group).
+  static awaitable<void> transmit_or_throw(std::shared_ptr<Impl> self, std::shared_ptr<Conn> conn,
+                                           std::vector<Segment> out, std::chrono::steady_clock::time_point deadline,
+                                           std::shared_ptr<Sent> result) {
+    *result = co_await transmit(self, conn, std::move(out), deadline);
+    if (result->ec) throw boost::system::system_error(result->ec);
+  }
+
+  static bool is_cancelled(const std::exception_ptr& e) {
+    if (!e) return false;
+    try {
+      std::rethrow_exception(e);
+    } catch (const Cancelled&) {
+      return true;
+    } catch (...) {
+      return false;
+    }
+  }
 
   // Where a transmission stands: the next segment and the bytes of it sent.
   struct Progress {
@@ -1152,6 +1236,7 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
         boost::system::error_code ignored;
         c->stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
         c->stream.cancel();
+        c->cancel_work.emit(asio::cancellation_type::terminal);
       });
   }
 };
