@@ -20,7 +20,12 @@
 #include <numeric>
 #include <random>
 
+#include <future>
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/use_future.hpp>
 #include <catch2/catch.hpp>
 
@@ -573,6 +578,48 @@ TEST_CASE("Array: write and read back through S3Store", "[s3][rgw][array]") {
   counting->reset();
   a.read_blocking(Region::parse("0:10,0:10", a.shape()));
   CHECK(counting->counts().gets == 1);  // one chunk, metadata already loaded
+}
+
+TEST_CASE("Array over S3: a cancelled read aborts its requests in flight, completes with Cancelled, and the "
+          "store serves the next read exactly", "[s3][rgw][array]") {
+  REQUIRE_RGW(r);
+  RuntimeOptions ro;
+  ro.codec_threads = 2;
+  ro.max_inflight_requests = 8;
+  Runtime rt(ro);
+  auto s3 = std::make_shared<S3Store>(rt.io_executor(), options(r, "cancel"));
+  ArrayMetadata m;
+  m.shape = {256 * 64};
+  m.chunk_shape = {64};
+  m.data_type = DataTypeKind::int32;
+  m.codecs = json::parse(R"([{"name":"bytes","configuration":{"endian":"little"}},{"name":"zstd","configuration":{"level":1}}])");
+  std::vector<std::int32_t> data(256 * 64);
+  std::iota(data.begin(), data.end(), 11);
+  Array::create_blocking(rt, s3, "a", m, CreateMode::overwrite)
+      .write_blocking(Region::all(m.shape), std::as_bytes(std::span(data)));
+  const auto a = Array::open_blocking(rt, s3, "a");
+
+  std::vector<std::int32_t> out(data.size(), 0x5a5a5a5a);
+  boost::asio::cancellation_signal cancel;
+  rt.reset_stats();
+  // Cancelled on the I/O thread right after it starts: its first requests
+  // are on the wire, none answered.
+  std::promise<std::future<void>> started;
+  boost::asio::post(rt.io_executor(), [&] {
+    started.set_value(a.async_read(Region::all(a.shape()), std::as_writable_bytes(std::span(out)),
+                                   boost::asio::bind_cancellation_slot(cancel.slot(), boost::asio::use_future)));
+    cancel.emit(boost::asio::cancellation_type::terminal);
+  });
+  auto done = started.get_future().get();
+  REQUIRE(done.wait_for(scaled(30s)) == std::future_status::ready);
+  CHECK_THROWS_AS(done.get(), Cancelled);
+  CHECK(rt.stats().codec_calls == 0);
+  const auto canary = out;
+
+  std::vector<std::int32_t> back(data.size());
+  a.read_blocking(Region::all(a.shape()), std::as_writable_bytes(std::span(back)));
+  CHECK(back == data);
+  CHECK(out == canary);
 }
 
 TEST_CASE("Array: sharded partial reads fetch only the needed ranges over S3", "[s3][rgw][array]") {
