@@ -958,6 +958,36 @@ asio::awaitable<void> run_op(std::shared_ptr<const Array::State> st, Region regi
                                                                                   use_awaitable);
 }
 
+// The chunks of the old grid wholly outside `next` (a shrunk shape), in
+// disjoint slabs: per dimension d the chunk indices past next's grid, with
+// the dimensions before d inside next's grid. Erased in batches.
+asio::awaitable<void> erase_chunks_outside(std::shared_ptr<const Array::State> st, std::vector<std::uint64_t> next) {
+  const auto& m = st->meta;
+  const std::size_t rank = m.rank();
+  auto grid = [&](std::uint64_t n, std::size_t d) { return (n + m.chunk_shape[d] - 1) / m.chunk_shape[d]; };
+  std::vector<std::string> batch;
+  for (std::size_t d = 0; d < rank; ++d) {
+    std::vector<std::uint64_t> lo(rank, 0), hi(rank);
+    for (std::size_t e = 0; e < rank; ++e) hi[e] = grid(e < d ? next[e] : m.shape[e], e);
+    lo[d] = grid(next[d], d);
+    if (lo[d] >= hi[d] || std::any_of(hi.begin(), hi.end(), [](auto h) { return h == 0; })) continue;
+    std::vector<std::uint64_t> c = lo;
+    for (bool more = true; more;) {
+      batch.push_back(st->chunk_key(c));
+      if (batch.size() == 4096) co_await st->store->erase_many(std::exchange(batch, {}));
+      more = false;
+      for (std::size_t e = rank; e-- > 0;) {
+        if (++c[e] < hi[e]) {
+          more = true;
+          break;
+        }
+        c[e] = lo[e];
+      }
+    }
+  }
+  if (!batch.empty()) co_await st->store->erase_many(std::move(batch));
+}
+
 asio::awaitable<NdArray> read_owned(std::shared_ptr<const Array::State> st, Region region) {
   check_region(st->meta, region, std::nullopt);  // before the buffer is sized
   NdArray a{st->meta.data_type, region.shape(), {}};
@@ -1044,7 +1074,91 @@ std::string Array::describe_codecs() const { return state_->pipeline->describe()
 asio::any_io_executor Array::get_executor() const { return state_->rt->io_executor(); }
 asio::any_io_executor Array::executor_of(Runtime& rt) { return rt.io_executor(); }
 
+namespace {
+// Shrinking: first the parts of the chunks across the new boundary that
+// fall outside it are written with fill_value (through the old shape), so
+// that growing again shows fill, not old data (B28); then the metadata is
+// replaced (one atomic set); then the chunks wholly outside are erased.
+asio::awaitable<std::shared_ptr<const Array::State>> resize_array(std::shared_ptr<const Array::State> st,
+                                                                   std::vector<std::uint64_t> shape) {
+  const auto& m = st->meta;
+  const std::string key = detail::array_metadata_key(st->path, m.zarr_format);
+  if (shape.size() != m.rank())
+    throw InvalidArgument(key, "shape",
+                          "the new shape has " + std::to_string(shape.size()) + " dimensions, the array has " +
+                              std::to_string(m.rank()));
+  ArrayMetadata meta = m;
+  meta.shape = shape;
+  auto next = make_state(*st->rt, st->store, st->path, std::move(meta));  // validated like create
+  const std::size_t es = m.data_type.size();
+  auto round_up = [&](std::uint64_t n, std::size_t d) { return (n + m.chunk_shape[d] - 1) / m.chunk_shape[d] * m.chunk_shape[d]; };
+  for (std::size_t d = 0; d < m.rank(); ++d) {
+    if (shape[d] >= m.shape[d] || shape[d] % m.chunk_shape[d] == 0) continue;
+    Region cut = Region::all(m.shape);
+    for (std::size_t e = 0; e < m.rank(); ++e) cut.stop[e] = std::min(m.shape[e], round_up(shape[e], e));
+    cut.start[d] = shape[d];
+    cut.stop[d] = std::min(m.shape[d], round_up(shape[d], d));
+    const auto n = cut.num_elements();
+    if (n == 0) continue;
+    Bytes fill(n * es);
+    detail::fill_elements(fill.data(), n, st->fill.data(), es);
+    co_await run_op<WriteOp>(st, std::move(cut), ByteSpan(fill));
+  }
+  co_await detail::store_array_metadata(*st->store, st->path, next->meta);
+  co_await erase_chunks_outside(st, std::move(shape));
+  co_return next;
+}
+
+asio::awaitable<std::shared_ptr<const Array::State>> append_array(std::shared_ptr<const Array::State> st, ByteSpan data,
+                                                                   std::vector<std::uint64_t> data_shape,
+                                                                   std::size_t axis) {
+  const auto& m = st->meta;
+  const std::string key = detail::array_metadata_key(st->path, m.zarr_format);
+  if (axis >= m.rank()) throw InvalidArgument(key, "axis", "the array has " + std::to_string(m.rank()) + " dimensions");
+  if (data_shape.size() != m.rank())
+    throw InvalidArgument(key, "shape", "the data has " + std::to_string(data_shape.size()) + " dimensions, the array " +
+                                            std::to_string(m.rank()));
+  for (std::size_t d = 0; d < m.rank(); ++d)
+    if (d != axis && data_shape[d] != m.shape[d])
+      throw InvalidArgument(key, "shape",
+                            "the data has " + std::to_string(data_shape[d]) + " elements in dimension " +
+                                std::to_string(d) + ", the array " + std::to_string(m.shape[d]));
+  const auto bytes = checked_product(data_shape, m.data_type.size());
+  if (!bytes || *bytes != data.size())
+    throw InvalidArgument(key, "buffer", "is " + std::to_string(data.size()) + " bytes, not the data shape's size");
+  auto shape = m.shape;
+  const auto grown = checked_add(shape[axis], data_shape[axis]);
+  if (!grown) throw InvalidArgument(key, "shape", "appending overflows 64 bits");
+  shape[axis] = *grown;
+  auto grown_state = co_await resize_array(st, shape);
+  Region where = Region::all(shape);
+  where.start[axis] = m.shape[axis];
+  co_await run_op<WriteOp>(grown_state, std::move(where), data);
+  co_return grown_state;
+}
+}  // namespace
+
 // Not coroutines: the operations hold the array's state, not the handle.
+asio::awaitable<Array> Array::adopt(asio::awaitable<std::shared_ptr<const State>> op) {
+  co_return Array(co_await std::move(op));
+}
+
+asio::awaitable<Array> Array::resize(std::vector<std::uint64_t> shape) const {
+  return adopt(resize_array(state_, std::move(shape)));
+}
+
+asio::awaitable<Array> Array::append(ByteSpan data, std::vector<std::uint64_t> data_shape, std::size_t axis) const {
+  return adopt(append_array(state_, data, std::move(data_shape), axis));
+}
+
+Array Array::resize_blocking(std::vector<std::uint64_t> shape) const {
+  return detail::wait(*state_->rt, resize(std::move(shape)));
+}
+
+Array Array::append_blocking(ByteSpan data, std::vector<std::uint64_t> data_shape, std::size_t axis) const {
+  return detail::wait(*state_->rt, append(data, std::move(data_shape), axis));
+}
+
 asio::awaitable<void> Array::read(Region region, MutableByteSpan out) const {
   return run_op<ReadOp>(state_, std::move(region), out);
 }

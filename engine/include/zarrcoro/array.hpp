@@ -200,6 +200,39 @@ class Array {
     return detail::async_spawn(get_executor(), write(std::move(region), in), std::forward<Token>(token));
   }
 
+  // Changes the shape (v3 and v2 "shape"; rank, chunk grid, codecs and
+  // attributes stay) and returns the resized array; this handle keeps the
+  // old shape. Growing writes only the metadata: the new elements read as
+  // fill_value. Shrinking first writes fill_value over the parts of the
+  // chunks across the new boundary that fall outside it (so that growing
+  // again shows fill, not old data), then replaces the metadata (one
+  // atomic store write: a reader opening the array sees the old or the new
+  // shape), then erases the chunks wholly outside the new shape. Resizing
+  // while others write to the array through the old shape is not
+  // supported: chunks they write outside the new shape may remain (unseen
+  // until it grows again).
+  // Raises InvalidArgument(field "shape") for another rank,
+  // InvalidMetadata / UnsupportedError as create for a shape it refuses,
+  // StoreError.
+  awaitable<Array> resize(std::vector<std::uint64_t> shape) const;
+  // Grows dimension `axis` by data_shape[axis] and writes `data` (C order,
+  // data_shape, whose other extents equal the array's) there; returns the
+  // grown array. The caller keeps `data` alive until it completes. Raises
+  // InvalidArgument (axis, a rank or extent that does not match, a size
+  // that overflows, the buffer size), and what resize and write raise.
+  awaitable<Array> append(ByteSpan data, std::vector<std::uint64_t> data_shape, std::size_t axis) const;
+  Array resize_blocking(std::vector<std::uint64_t> shape) const;
+  Array append_blocking(ByteSpan data, std::vector<std::uint64_t> data_shape, std::size_t axis) const;
+  // Token forms: complete with void(std::exception_ptr, Array).
+  template <class Token>
+  auto async_resize(std::vector<std::uint64_t> shape, Token&& token) const {
+    return detail::async_spawn(get_executor(), resize(std::move(shape)), std::forward<Token>(token));
+  }
+  template <class Token>
+  auto async_append(ByteSpan data, std::vector<std::uint64_t> data_shape, std::size_t axis, Token&& token) const {
+    return detail::async_spawn(get_executor(), append(data, std::move(data_shape), axis), std::forward<Token>(token));
+  }
+
   void read_blocking(const Region& region, MutableByteSpan out) const;
   NdArray read_blocking(const Region& region) const;
   void write_blocking(const Region& region, ByteSpan in) const;
@@ -208,6 +241,8 @@ class Array {
 
  private:
   static boost::asio::any_io_executor executor_of(Runtime& rt);
+  // The handle of the state `op` makes (a coroutine holding no handle).
+  static awaitable<Array> adopt(awaitable<std::shared_ptr<const State>> op);
   explicit Array(std::shared_ptr<const State> state) : state_(std::move(state)) {}
   std::shared_ptr<const State> state_;
 };
