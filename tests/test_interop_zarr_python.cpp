@@ -194,6 +194,27 @@ TEST_CASE("zarr-python 2 and zarrcoro read each other's v2 arrays exactly", "[in
     CHECK(w.metadata().to_v2_json()["dtype"] == d.expected_dtype);
     written[d.name] = {{"dtype", d.expected_dtype}, {"shape", d.shape}};
   }
+  {  // Resized by zarrcoro: shrunk across chunk boundaries, then grown (fill where the cut data was).
+    ArrayMetadata m;
+    m.zarr_format = 2;
+    m.chunk_key_encoding = {ChunkKeyEncoding::Kind::v2, '.'};
+    m.shape = {6, 6};
+    m.chunk_shape = {4, 4};
+    m.data_type = DataTypeKind::int32;
+    const std::int32_t fill = -1;
+    m.fill_value = to_bytes(std::as_bytes(std::span(&fill, 1)));
+    m.codecs = json::parse(R"([{"name":"bytes","configuration":{"endian":"little"}},{"name":"zstd","configuration":{"level":1}}])");
+    const Array w = Array::create_blocking(rt, out, "resized_by_zarrcoro", m);
+    std::vector<std::int32_t> v(36);
+    for (int i = 0; i < 36; ++i) v[i] = i;
+    w.write_blocking(Region::all({6, 6}), std::as_bytes(std::span(v)));
+    const Array grown = w.resize_blocking({3, 5}).resize_blocking({6, 7});
+    const NdArray back = grown.read_blocking(Region::all({6, 7}));
+    CHECK(back.as<std::int32_t>()[3 * 7 + 0] == -1);
+    CHECK(back.as<std::int32_t>()[0 * 7 + 5] == -1);
+    write_file(zc / "resized_by_zarrcoro.bin", back.data);
+    written["resized_by_zarrcoro"] = {{"dtype", "<i4"}, {"shape", {6, 7}}};
+  }
   std::ofstream(zc / "manifest.json") << written.dump(1);
 
   const auto [rc, log] = python(quote(kScript.string()) + " verify " + quote(zc.string()), tmp.path / "verify.log");

@@ -108,7 +108,7 @@ def generate(out):
     os.makedirs(out, exist_ok=True)
     manifest = {}
 
-    def add(name, dtype, shape, chunks, compressor, order="C", sep=".", fill=0, filters=None, part=None):
+    def add(name, dtype, shape, chunks, compressor, order="C", sep=".", fill=0, filters=None, part=None, resize=None):
         path = os.path.join(out, name)
         kwargs = dict(shape=shape, chunks=chunks, dtype=dtype, compressor=compressor, order=order,
                       fill_value=fill, filters=filters, dimension_separator=sep)
@@ -120,6 +120,9 @@ def generate(out):
             z[...] = data
         elif part > 0:
             z[:part] = data[:part]  # the rest stays missing: fill value
+        if resize is not None:
+            z.resize(*resize)
+            shape = resize
         back = z[...]
         with open(path + ".bin", "wb") as f:
             f.write(little(back))
@@ -156,6 +159,8 @@ def generate(out):
     add("zero_d_le_f8", "<f8", (), (), numcodecs.Zstd(1))
     add("empty_le_i4", "<i4", (0, 3), (2, 2), None)
     add("one_chunk_larger_than_array", "<u2", (3,), (4,), numcodecs.Blosc("lz4", 5, 1))
+    add("resized_grown_le_i4", "<i4", (7, 5), (3, 2), numcodecs.Zlib(1), fill=-3, resize=(10, 6))
+    add("resized_shrunk_be_i4", ">i4", (7, 5), (3, 2), None, fill=-3, resize=(4, 3))
     # A group with attributes and a nested array.
     g = zarr.open_group(os.path.join(out, "group"), mode="w")
     g.attrs.update({"title": "caf\u00e9 \u305f", "n": 3, "list": [1.5, None]})
