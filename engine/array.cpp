@@ -190,10 +190,17 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
       return;
     }
     cancellable_ = true;
-    slot.assign([op = weak_from_this()](asio::cancellation_type) {
+    // Total cancellation (no side effects at all) cannot be honoured once a
+    // chunk is written or decoded: only terminal and partial stop the op.
+    slot.assign([op = weak_from_this()](asio::cancellation_type type) {
+      if ((type & (asio::cancellation_type::terminal | asio::cancellation_type::partial)) == asio::cancellation_type::none)
+        return;
       if (auto self = op.lock()) asio::dispatch(self->strand_, [self] { self->cancel(); });
     });
-    asio::co_spawn(strand_, run(), asio::bind_cancellation_slot(run_signal_.slot(), std::move(done)));
+    // Spawned from the strand, so that run_signal_ is touched there only.
+    asio::dispatch(strand_, [self = shared_from_this(), done = std::move(done)]() mutable {
+      asio::co_spawn(self->strand_, self->run(), asio::bind_cancellation_slot(self->run_signal_.slot(), std::move(done)));
+    });
   }
 
  private:
@@ -212,6 +219,10 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
         maybe_flush();
         budget_taken = co_await engine_.bytes.acquire(budget);
         spawner_idle_ = false;
+      }
+      if (budget_taken && cancelled_) {  // cancelled while the budget was granted
+        engine_.bytes.release(budget);
+        budget_taken = false;
       }
       if (!budget_taken) {  // cancelled: the parts not started are done
         remaining_ -= parts_.size() - i;
@@ -258,7 +269,7 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
 
   // On strand_.
   void cancel() {
-    if (cancelled_ || finished_) return;
+    if (cancelled_ || finished_ || (spawner_idle_ && remaining_ == 0)) return;  // done already
     cancelled_ = true;
     cancel_flag_.store(true, std::memory_order_relaxed);
     fail(std::make_exception_ptr(Cancelled("", "", "the operation on array '" + st_->path + "' was cancelled")));
@@ -880,6 +891,7 @@ class WriteOp final : public ChunkOp {
   asio::awaitable<void> finish(std::size_t i) override {
     auto& t = tasks_[i];
     if (!t.locked) co_return;  // its fetch failed
+    if (cancelled_ && !t.error) t.error = std::make_exception_ptr(Cancelled("", "", "cancelled before it was stored"));
     try {
       const auto give_up = std::chrono::steady_clock::now() + st_->rt->options().write_conflict_timeout;
       for (unsigned attempt = 1; !t.error; ++attempt) {
@@ -958,23 +970,30 @@ asio::awaitable<void> run_op(std::shared_ptr<const Array::State> st, Region regi
                                                                                   use_awaitable);
 }
 
-// The chunks of the old grid wholly outside `next` (a shrunk shape), in
-// disjoint slabs: per dimension d the chunk indices past next's grid, with
-// the dimensions before d inside next's grid. Erased in batches.
+// Chunks per dimension d of a grid over n elements (no overflow near 2^64).
+std::uint64_t grid_extent(const ArrayMetadata& m, std::uint64_t n, std::size_t d) {
+  return n / m.chunk_shape[d] + (n % m.chunk_shape[d] != 0);
+}
+
+// The chunks of the old grid wholly outside `next` (another shape), in
+// disjoint slabs: per dimension d the old grid's chunk indices past next's
+// grid, with the dimensions before d inside both grids. Erased in batches.
 asio::awaitable<void> erase_chunks_outside(std::shared_ptr<const Array::State> st, std::vector<std::uint64_t> next) {
   const auto& m = st->meta;
   const std::size_t rank = m.rank();
-  auto grid = [&](std::uint64_t n, std::size_t d) { return (n + m.chunk_shape[d] - 1) / m.chunk_shape[d]; };
   std::vector<std::string> batch;
   for (std::size_t d = 0; d < rank; ++d) {
     std::vector<std::uint64_t> lo(rank, 0), hi(rank);
-    for (std::size_t e = 0; e < rank; ++e) hi[e] = grid(e < d ? next[e] : m.shape[e], e);
-    lo[d] = grid(next[d], d);
+    for (std::size_t e = 0; e < rank; ++e) hi[e] = grid_extent(m, e < d ? std::min(next[e], m.shape[e]) : m.shape[e], e);
+    lo[d] = grid_extent(m, next[d], d);
     if (lo[d] >= hi[d] || std::any_of(hi.begin(), hi.end(), [](auto h) { return h == 0; })) continue;
     std::vector<std::uint64_t> c = lo;
     for (bool more = true; more;) {
       batch.push_back(st->chunk_key(c));
-      if (batch.size() == 4096) co_await st->store->erase_many(std::exchange(batch, {}));
+      if (batch.size() == 4096) {
+        auto full = std::exchange(batch, std::vector<std::string>());  // named: g++ 12
+        co_await st->store->erase_many(std::move(full));
+      }
       more = false;
       for (std::size_t e = rank; e-- > 0;) {
         if (++c[e] < hi[e]) {
@@ -1077,8 +1096,9 @@ asio::any_io_executor Array::executor_of(Runtime& rt) { return rt.io_executor();
 namespace {
 // Shrinking: first the parts of the chunks across the new boundary that
 // fall outside it are written with fill_value (through the old shape), so
-// that growing again shows fill, not old data (B28); then the metadata is
-// replaced (one atomic set); then the chunks wholly outside are erased.
+// that growing again shows fill, not old data (B28), and the chunks wholly
+// outside are erased; then the metadata is replaced (one atomic set), and
+// nothing can fail after it.
 asio::awaitable<std::shared_ptr<const Array::State>> resize_array(std::shared_ptr<const Array::State> st,
                                                                    std::vector<std::uint64_t> shape) {
   const auto& m = st->meta;
@@ -1091,21 +1111,24 @@ asio::awaitable<std::shared_ptr<const Array::State>> resize_array(std::shared_pt
   meta.shape = shape;
   auto next = make_state(*st->rt, st->store, st->path, std::move(meta));  // validated like create
   const std::size_t es = m.data_type.size();
-  auto round_up = [&](std::uint64_t n, std::size_t d) { return (n + m.chunk_shape[d] - 1) / m.chunk_shape[d] * m.chunk_shape[d]; };
+  // n rounded up to whole chunks, within the old shape.
+  auto cut_end = [&](std::uint64_t n, std::size_t d) {
+    const std::uint64_t c = m.chunk_shape[d], up = saturating_add(n, (c - n % c) % c);
+    return std::min(m.shape[d], up);
+  };
   for (std::size_t d = 0; d < m.rank(); ++d) {
     if (shape[d] >= m.shape[d] || shape[d] % m.chunk_shape[d] == 0) continue;
     Region cut = Region::all(m.shape);
-    for (std::size_t e = 0; e < m.rank(); ++e) cut.stop[e] = std::min(m.shape[e], round_up(shape[e], e));
+    for (std::size_t e = 0; e < m.rank(); ++e) cut.stop[e] = cut_end(shape[e], e);
     cut.start[d] = shape[d];
-    cut.stop[d] = std::min(m.shape[d], round_up(shape[d], d));
     const auto n = cut.num_elements();
     if (n == 0) continue;
     Bytes fill(n * es);
     detail::fill_elements(fill.data(), n, st->fill.data(), es);
     co_await run_op<WriteOp>(st, std::move(cut), ByteSpan(fill));
   }
-  co_await detail::store_array_metadata(*st->store, st->path, next->meta);
   co_await erase_chunks_outside(st, std::move(shape));
+  co_await detail::store_array_metadata(*st->store, st->path, next->meta);
   co_return next;
 }
 

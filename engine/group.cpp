@@ -72,12 +72,14 @@ awaitable<std::optional<NodeType>> v3_node_type(std::shared_ptr<Store> store, st
   throw InvalidMetadata(key, "node_type", "expected \"array\" or \"group\"");
 }
 
-// Reads the node types of the v3 documents `keys`, up to 64 at a time.
-awaitable<std::vector<std::optional<NodeType>>> v3_node_types(std::shared_ptr<Store> store,
-                                                              std::vector<std::string> keys) {
+// Reads the node types of the v3 documents `keys`, up to 64 at a time;
+// each with the error reading it raised (raised by the caller only for a
+// document that is a node: not one below an array).
+using TypeOrError = std::pair<std::optional<NodeType>, std::exception_ptr>;
+awaitable<std::vector<TypeOrError>> v3_node_types(std::shared_ptr<Store> store, std::vector<std::string> keys) {
   namespace asio = boost::asio;
   const auto ex = co_await asio::this_coro::executor;
-  std::vector<std::optional<NodeType>> out;
+  std::vector<TypeOrError> out;
   constexpr std::size_t kBatch = 64;
   for (std::size_t start = 0; start < keys.size(); start += kBatch) {
     using Op = decltype(asio::co_spawn(ex, v3_node_type(store, std::string()), asio::deferred));
@@ -86,9 +88,7 @@ awaitable<std::vector<std::optional<NodeType>>> v3_node_types(std::shared_ptr<St
       ops.push_back(asio::co_spawn(ex, v3_node_type(store, keys[i]), asio::deferred));
     auto group = asio::experimental::make_parallel_group(std::move(ops));
     auto [order, errors, types] = co_await group.async_wait(asio::experimental::wait_for_all(), asio::use_awaitable);
-    for (const auto& e : errors)
-      if (e) std::rethrow_exception(e);
-    for (auto& t : types) out.push_back(t);
+    for (std::size_t k = 0; k < types.size(); ++k) out.emplace_back(types[k], errors[k]);
   }
   co_return out;
 }
@@ -135,9 +135,11 @@ awaitable<std::vector<NodeEntry>> list_members(std::shared_ptr<Store> store, std
   std::size_t next_v3 = 0;
   std::string skip;  // the last array listed: nothing below it is a node
   for (const auto& [node, d] : found) {
-    std::optional<NodeType> v3_type;
-    if (d.v3) v3_type = v3_types[next_v3++];
+    TypeOrError v3;
+    if (d.v3) v3 = v3_types[next_v3++];
     if (!skip.empty() && node.starts_with(skip)) continue;
+    if (v3.second) std::rethrow_exception(v3.second);
+    const std::optional<NodeType>& v3_type = v3.first;
     NodeEntry e{node, NodeType::group, 3, false};
     if (v3_type) e.node_type = *v3_type;
     else if (d.zarray) e = {node, NodeType::array, 2, false};

@@ -227,6 +227,7 @@ TEST_CASE("Group::members lists v2 and v3 nodes, directly and recursively, depth
   const Group root = Group::create_blocking(f.rt, f.store, "");
   f.filled<std::int32_t>("a", meta(DataTypeKind::int32), 1);
   f.set("a/sub/zarr.json", R"({"zarr_format": 3, "node_type": "group"})");  // inside an array: no node
+  f.set("a/bad/zarr.json", "not JSON");  // inside an array: never read as a node
   Group::create_blocking(f.rt, f.store, "g");
   f.filled<std::int32_t>("g/b", meta(DataTypeKind::int32, 2), 1);
   Group::create_blocking(f.rt, f.store, "g/h", json::object(), 2);

@@ -9,6 +9,7 @@
 #include <zarrcoro/array.hpp>
 #include <zarrcoro/error.hpp>
 #include <zarrcoro/runtime.hpp>
+#include <zarrcoro/store/counting.hpp>
 #include <zarrcoro/store/memory.hpp>
 
 #include "support.hpp"
@@ -127,4 +128,28 @@ TEST_CASE("resize and append refuse what does not fit, before changing anything"
   CHECK_THROWS_AS(a.append_blocking(std::as_bytes(std::span(row)), {2, 6}, 0), InvalidArgument);     // buffer
   CHECK_THROWS_AS(a.append_blocking(std::as_bytes(std::span(row)), {1, 6, 1}, 0), InvalidArgument);  // rank
   CHECK(Array::open_blocking(rt, store, "a").shape() == std::vector<std::uint64_t>{6, 6});
+}
+
+TEST_CASE("resize: shrinking one axis while growing another erases only old chunks outside, each once") {
+  Runtime rt;
+  auto memory = std::make_shared<MemoryStore>();
+  auto counting = std::make_shared<CountingStore>(memory);
+  const auto a = six_by_six(rt, counting, 3);
+  counting->reset();
+  const auto b = a.resize_blocking({1000000, 3});  // rows grow, columns shrink to chunk column 0
+  CHECK(counting->counts().erases == 2);            // chunks (0, 1) and (1, 1)
+  CHECK(keys(rt, memory, "a/c/") == std::vector<std::string>{"a/c/0/0", "a/c/1/0"});
+  CHECK(values(b.read_blocking(Region{{4, 0}, {7, 3}})) ==
+        std::vector<std::int32_t>{40, 41, 42, 50, 51, 52, -1, -1, -1});
+}
+
+TEST_CASE("resize: thousands of chunks outside are erased in batches") {
+  Runtime rt;
+  auto memory = std::make_shared<MemoryStore>();
+  auto counting = std::make_shared<CountingStore>(memory);
+  ArrayMetadata m = meta({5000}, {1}, 3);
+  const auto a = Array::create_blocking(rt, counting, "a", m);
+  counting->reset();
+  CHECK(a.resize_blocking({0}).shape() == std::vector<std::uint64_t>{0});
+  CHECK(counting->counts().erases == 5000);  // 4096 + 904, every chunk once
 }

@@ -1172,7 +1172,7 @@ TEST_CASE("server: a client that goes away while its slice decodes cancels the d
   CHECK(wait_for_metric(s.port(), "zarrcoro_http_requests_cancelled_total", [](double v) { return v >= 1; }) == 1);
   // The decodes ended with the request: the counter no longer grows.
   const auto decodes = s.rt->stats().codec_calls;
-  CHECK(decodes < 2048 * 2048 / (64 * 64));
+  CHECK(decodes < 256);  // slab 0's chunks: its decode was cancelled, not finished
   CHECK(get(s.port(), "/healthz").body() == "ok\n");
   CHECK(s.rt->stats().codec_calls == decodes);
   CHECK(metric_now(s.port(), "zarrcoro_http_slice_memory_bytes") == 0);

@@ -526,7 +526,8 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
         auto watch = asio::co_spawn(ex, client_gone(conn), asio::deferred);
         auto group = asio::experimental::make_parallel_group(std::move(work), std::move(watch));
         auto token = asio::bind_cancellation_slot(conn->cancel_work.slot(), use_awaitable);
-        auto [order, e, answer, watch_error, client_left] = co_await group.async_wait(UntilReplyOrGone{}, token);
+        const UntilReplyOrGone until;
+        auto [order, e, answer, watch_error, client_left] = co_await group.async_wait(until, token);
         failed = e;
         gone = client_left;
         r = std::move(answer);
@@ -561,6 +562,8 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
 
   // Completes true when the client has closed its end or the connection
   // failed, false when it sent more (a pipelined request) or was cancelled.
+  // A client that only shut down its sending side looks the same as one
+  // that left: like nginx for proxied requests, the request is abandoned.
   static awaitable<bool> client_gone(std::shared_ptr<Conn> conn) {
     auto& sock = conn->stream.socket();
     auto [ec] = co_await sock.async_wait(tcp::socket::wait_read, kTuple);
@@ -714,16 +717,17 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
       auto token = asio::bind_cancellation_slot(conn->cancel_work.slot(), use_awaitable);
       auto [order, wex, failure] = co_await group.async_wait(asio::experimental::wait_for_one_error(), token);
       sent = {result->ec, sent.bytes + result->bytes};
-      if (!sent.ec && wex) sent.ec = make_error_code(asio::error::operation_aborted);  // cancelled before it began
-      if (is_cancelled(failure)) self->metrics.request_cancelled();
-      if ((failure || wex) && !sent.ec) {
+      if (is_cancelled(failure)) {
+        self->metrics.request_cancelled();
+      } else if (failure) {  // a slab that cannot be decoded: the connection ends, the body short
         try {
-          std::rethrow_exception(failure ? failure : wex);
+          std::rethrow_exception(failure);
         } catch (const std::exception& e) {
           spdlog::warn("server: slice of '{}' failed after its header was sent: {}", body.array.path(), e.what());
         }
-        sent.ec = make_error_code(asio::error::connection_aborted);
+        if (!sent.ec) sent.ec = make_error_code(asio::error::connection_aborted);
       }
+      if (!sent.ec && wex) sent.ec = make_error_code(asio::error::operation_aborted);
       std::swap(current, next);
     }
     co_return sent;
@@ -743,6 +747,9 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
   static awaitable<void> transmit_or_throw(std::shared_ptr<Impl> self, std::shared_ptr<Conn> conn,
                                            std::vector<Segment> out, std::chrono::steady_clock::time_point deadline,
                                            std::shared_ptr<Sent> result) {
+    // A cancellation reaches transmit's waits as an error code, so that it
+    // always ends its write deadline and reports the bytes sent.
+    co_await asio::this_coro::throw_if_cancelled(false);
     *result = co_await transmit(self, conn, std::move(out), deadline);
     if (result->ec) throw boost::system::system_error(result->ec);
   }

@@ -39,8 +39,9 @@
 //    from many threads at once, but not from an I/O or codec thread of the
 //    runtime (that would deadlock): there they throw InvalidArgument.
 //
-// Cancellation (Asio per-operation cancellation; terminal, partial and total
-// all mean "stop"): of an async_* call through its handler's slot, or of an
+// Cancellation (Asio per-operation cancellation; terminal and partial mean
+// "stop", total alone is ignored since a chunk may already be written or
+// decoded): of an async_* call through its handler's slot, or of an
 // awaitable read/write through the awaiting coroutine's cancellation state
 // (e.g. `co_await (a.read(r, out) || timer.async_wait(use_awaitable))` with
 // asio::experimental::awaitable_operators). A cancelled read or write
@@ -48,7 +49,9 @@
 // waits for the byte budget, request slots and chunk locks (all released),
 // skips codec work not yet begun, and completes with Cancelled (error code
 // asio::error::operation_aborted) once the codec work already running has
-// ended: about one chunk's decode time. After completion it never touches
+// ended: about one chunk's decode time. (Cancelled before it began, it may
+// complete with boost::system::system_error(operation_aborted) instead:
+// to_error_code gives both the same code.) After completion it never touches
 // the caller's buffer; after a cancelled read the buffer's content is
 // unspecified. A cancelled write is chunk-granular: every chunk holds its old
 // or its new value, never a mix (stores replace values atomically, also when
@@ -205,9 +208,11 @@ class Array {
   // old shape. Growing writes only the metadata: the new elements read as
   // fill_value. Shrinking first writes fill_value over the parts of the
   // chunks across the new boundary that fall outside it (so that growing
-  // again shows fill, not old data), then replaces the metadata (one
-  // atomic store write: a reader opening the array sees the old or the new
-  // shape), then erases the chunks wholly outside the new shape. Resizing
+  // again shows fill, not old data) and erases the chunks wholly outside
+  // the new shape, then replaces the metadata (one atomic store write: a
+  // reader opening the array sees the old or the new shape). A shrink that
+  // fails midway keeps the old shape; what it was cutting may already read
+  // as fill_value. Resizing
   // while others write to the array through the old shape is not
   // supported: chunks they write outside the new shape may remain (unseen
   // until it grows again).
