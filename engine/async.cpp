@@ -3,6 +3,7 @@
 #include <zarrcoro/async.hpp>
 
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/system_executor.hpp>
 
 namespace zarrcoro::detail {
@@ -10,7 +11,10 @@ namespace zarrcoro::detail {
 template <class T>
 void spawn(boost::asio::any_io_executor ex, boost::asio::awaitable<T> op, AnyCompletion<T> handler) {
   if (!ex) ex = boost::asio::system_executor();
-  boost::asio::co_spawn(ex, std::move(op), std::move(handler));
+  // On a strand of its own: co_spawn delivers a cancellation by dispatching
+  // to the coroutine's executor, which must then not run it elsewhere at the
+  // same time (an io_context run by several threads).
+  boost::asio::co_spawn(boost::asio::make_strand(ex), std::move(op), std::move(handler));
 }
 
 template void spawn<void>(boost::asio::any_io_executor, boost::asio::awaitable<void>, AnyCompletion<void>);
