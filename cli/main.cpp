@@ -114,6 +114,7 @@ Node read_node(Runtime& rt, Store& store, const fs::path& dir) {
   if (j.is_null()) {
     if (at(dir, [&] { return wait(rt, store.exists(".zarray")); })) return {2, "array"};
     if (at(dir, [&] { return wait(rt, store.exists(".zgroup")); })) return {2, "group"};
+    if (at(dir, [&] { return wait(rt, store.exists(".zmetadata")); })) return {2, "group"};  // consolidated only
     throw Failure(quoted(dir) + " holds no Zarr node (no zarr.json, .zarray or .zgroup)");
   }
   if (!j.is_object() || !j.contains("node_type") || !j["node_type"].is_string())
@@ -278,10 +279,9 @@ void cmd_info(const fs::path& dir) {
   auto store = open_dir(rt, dir, true);
   const Node node = read_node(rt, *store, dir);  // this tool's own messages for a missing or untyped node
   std::vector<std::string> subdirs;  // a group's candidate children (an array lists nothing: HTTP cannot)
-  if (node.type == "group" && is_remote(dir)) {
-    for (const auto& key : at(dir, [&] { return wait(rt, store->list("")); }))
-      if (auto slash = key.find('/'); slash != std::string::npos) subdirs.push_back(key.substr(0, slash));
-    subdirs.erase(std::unique(subdirs.begin(), subdirs.end()), subdirs.end());
+  if (node.type == "group" && is_remote(dir)) {  // from consolidated metadata, else a listing
+    for (const auto& m : at(dir, [&] { return Group::open_blocking(rt, store, "").members_blocking(); }))
+      subdirs.push_back(m.name);
   } else if (node.type == "group") {
     for (const auto& e : fs::directory_iterator(dir))
       if (e.is_directory()) subdirs.push_back(e.path().filename().string());
@@ -291,7 +291,14 @@ void cmd_info(const fs::path& dir) {
   else print(at(dir, [&] { return wait(rt, node_info(rt, store, "", subdirs)); }));
 }
 
-// " (10, 5) int32" for the array at `path` below the store root, from its
+// " (10, 5) int32": an array's shape and data type.
+std::string summary(const std::vector<std::uint64_t>& dims, const std::string& dtype) {
+  std::string shape = "(";
+  for (std::size_t i = 0; i < dims.size(); ++i) shape += (i ? ", " : "") + std::to_string(dims[i]);
+  return " " + shape + (dims.size() == 1 ? ",)" : ")") + " " + dtype;
+}
+
+// The summary of the array at `path` below the store root, from its
 // metadata document alone; the raw dtype when this build cannot parse it.
 std::string array_summary(Runtime& rt, Store& store, const fs::path& dir, const std::string& path, int zarr_format) {
   const std::string prefix = path.empty() ? "" : path + "/";
@@ -306,10 +313,24 @@ std::string array_summary(Runtime& rt, Store& store, const fs::path& dir, const 
     const auto& raw = j.value(zarr_format == 2 ? "dtype" : "data_type", nlohmann::json());
     dtype = raw.is_string() ? raw.get<std::string>() : raw.dump();
   }
-  std::string shape = "(";
-  const auto dims = j.contains("shape") && j["shape"].is_array() ? j["shape"] : nlohmann::json::array();
-  for (std::size_t i = 0; i < dims.size(); ++i) shape += (i ? ", " : "") + dims[i].dump();
-  return " " + shape + (dims.size() == 1 ? ",)" : ")") + " " + dtype;
+  std::vector<std::uint64_t> dims;
+  if (j.contains("shape") && j["shape"].is_array())
+    for (const auto& d : j["shape"]) dims.push_back(d.is_number_unsigned() ? d.get<std::uint64_t>() : 0);
+  return summary(dims, dtype);
+}
+
+// The same for a member of `g`: from its consolidated metadata when it has
+// some (no request), else from the member's document.
+std::string member_summary(Runtime& rt, const Group& g, const fs::path& dir, const NodeEntry& m) {
+  if (g.has_consolidated_metadata()) {
+    try {
+      const Array a = g.open_array_blocking(m.name);
+      return summary(a.shape(), a.dtype().describe());
+    } catch (const Error&) {
+      // an array this build cannot open: its raw dtype, as below
+    }
+  }
+  return array_summary(rt, *g.store(), dir, m.name, m.zarr_format);
 }
 
 void cmd_ls(const fs::path& dir, bool recursive) {
@@ -320,7 +341,8 @@ void cmd_ls(const fs::path& dir, bool recursive) {
     std::cout << "/" << array_summary(rt, *store, dir, "", node.zarr_format) << '\n';
     return;
   }
-  const auto members = at(dir, [&] { return Group::open_blocking(rt, store, "").members_blocking(recursive); });
+  const Group g = at(dir, [&] { return Group::open_blocking(rt, store, ""); });
+  const auto members = at(dir, [&] { return g.members_blocking(recursive); });
   // A member is its parent's last when no later member has the same parent.
   auto parent = [](const std::string& p) { return p.substr(0, p.rfind('/') == std::string::npos ? 0 : p.rfind('/')); };
   std::vector<bool> last(members.size());
@@ -340,10 +362,23 @@ void cmd_ls(const fs::path& dir, bool recursive) {
     for (std::size_t d = 0; d < depth; ++d) out += open[d] ? "│   " : "    ";
     out += last[i] ? "└── " : "├── ";
     out += m.name.substr(m.name.rfind('/') == std::string::npos ? 0 : m.name.rfind('/') + 1);
-    if (m.node_type == NodeType::array) out += array_summary(rt, *store, dir, m.name, m.zarr_format);
+    if (m.node_type == NodeType::array) out += member_summary(rt, g, dir, m);
     out += '\n';
   }
   std::cout << out;
+}
+
+void cmd_consolidate(const fs::path& dir) {
+  Runtime rt;
+  auto store = open_dir(rt, dir, true);
+  const Node node = read_node(rt, *store, dir);
+  if (node.type != "group") throw Failure(quoted(dir) + " is an array; consolidated metadata belongs to a group");
+  const Group g = at(dir, [&] {
+    return Group::open_blocking(rt, store, "", Consolidated::ignore).consolidate_blocking();
+  });
+  const auto n = at(dir, [&] { return g.members_blocking(true); }).size();
+  std::cout << "consolidated the metadata of " << n << (n == 1 ? " node" : " nodes") << " into "
+            << (g.zarr_format() == 2 ? ".zmetadata" : "zarr.json") << '\n';
 }
 
 void cmd_export(const fs::path& dir, const fs::path& out, const std::string& region) {
@@ -462,8 +497,16 @@ int main(int argc, char** argv) {
 
   bool recursive = false;
   auto* ls = app.add_subcommand("ls", "Print the hierarchy at PATH as a tree (arrays with shape and data type)");
-  ls->add_option("PATH", path, "Directory (or file://, s3:// URL) holding the root node")->required();
+  ls->add_option("PATH", path,
+                 "Directory (or file://, s3:// URL; an http(s):// group needs consolidated metadata) holding the "
+                 "root node")
+      ->required();
   ls->add_flag("-r,--recursive", recursive, "Descend into groups (default: the direct members only)");
+
+  auto* cons = app.add_subcommand("consolidate",
+                                  "Write the consolidated metadata of the group at PATH (v2 .zmetadata; v3 inline in "
+                                  "zarr.json) from the nodes below it");
+  cons->add_option("PATH", path, "Directory (or file://, s3:// URL) holding the group")->required();
 
   auto* exp = app.add_subcommand("export", "Write (a region of) the array at PATH to a .npy file");
   exp->add_option("PATH", path, "Directory or URL holding the array's zarr.json or .zarray")->required();
@@ -497,7 +540,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
     if (app.get_subcommands().empty() && !app.remaining().empty())
-      return fail("unknown command '" + app.remaining().front() + "' (expected info, ls, export or import)");
+      return fail("unknown command '" + app.remaining().front() + "' (expected info, ls, consolidate, export or import)");
     return fail(e.what());
   }
   imp.chunks_given = chunks->count() > 0;
@@ -505,6 +548,7 @@ int main(int argc, char** argv) {
   try {
     if (*info) cmd_info(path);
     else if (*ls) cmd_ls(path, recursive);
+    else if (*cons) cmd_consolidate(path);
     else if (*exp) cmd_export(path, npy, region);
     else if (*imp_cmd) cmd_import(npy, path, imp);
     return 0;

@@ -1067,6 +1067,10 @@ asio::awaitable<Array> Array::open(Runtime& rt, std::shared_ptr<Store> store, st
   co_return Array(make_state(rt, std::move(store), std::move(path), std::move(meta)));
 }
 
+Array Array::from_metadata(Runtime& rt, std::shared_ptr<Store> store, std::string path, ArrayMetadata metadata) {
+  return Array(make_state(rt, std::move(store), std::move(path), std::move(metadata)));
+}
+
 asio::awaitable<Array> Array::create(Runtime& rt, std::shared_ptr<Store> store, std::string path,
                                      ArrayMetadata metadata, CreateMode mode) {
   auto st = make_state(rt, store, std::move(path), std::move(metadata));

@@ -15,6 +15,7 @@
 #include <zarrcoro/runtime.hpp>
 
 #include "engine/blocking.hpp"
+#include "engine/consolidated.hpp"
 #include "engine/node.hpp"
 
 namespace zarrcoro {
@@ -33,7 +34,9 @@ nlohmann::json parse_group(const nlohmann::json& j, const std::string& key) {
   if (!j.contains("node_type") || j["node_type"] != "group")
     throw InvalidMetadata(key, "node_type", "expected \"group\"");
   for (const auto& [name, value] : j.items()) {
-    if (name == "zarr_format" || name == "node_type" || name == "attributes") continue;
+    // consolidated_metadata is read by Group::open (null: none, as some writers put it).
+    if (name == "zarr_format" || name == "node_type" || name == "attributes" || name == "consolidated_metadata")
+      continue;
     if (!(value.is_object() && value.contains("must_understand") && value["must_understand"] == false))
       throw UnsupportedError(key, name,
                              "unknown field '" + name +
@@ -93,19 +96,43 @@ awaitable<std::vector<TypeOrError>> v3_node_types(std::shared_ptr<Store> store, 
   co_return out;
 }
 
+// The node types of the v3 documents `keys` (below `prefix`) as `view` has them.
+std::vector<TypeOrError> v3_node_types(const detail::ConsolidatedView& view, const std::string& prefix,
+                                       const std::vector<std::string>& keys) {
+  std::vector<TypeOrError> out;
+  for (const auto& key : keys) {
+    const std::string node = key.substr(prefix.size(), key.size() - prefix.size() - std::string("/zarr.json").size());
+    out.emplace_back(view.nodes.at(node).node_type, nullptr);
+  }
+  return out;
+}
+
+// The metadata document keys `view` describes, as a listing would find them.
+std::vector<std::string> keys_of(const detail::ConsolidatedView& view, const std::string& prefix) {
+  std::vector<std::string> keys;
+  for (const auto& [node, docs] : view.nodes)
+    keys.push_back(prefix + node + "/" +
+                   (docs.zarr_format == 3 ? "zarr.json" : docs.node_type == NodeType::array ? ".zarray" : ".zgroup"));
+  return keys;
+}
+
+// The members of the group at `path`: from `view` if there is one, else
+// from a listing of the store.
 awaitable<std::vector<NodeEntry>> list_members(std::shared_ptr<Store> store, std::string path, int zarr_format,
-                                               bool recursive) {
+                                               bool recursive, std::shared_ptr<const detail::ConsolidatedView> view) {
   const std::string prefix = detail::node_prefix(path);
   std::vector<std::string> keys;
-  try {
-    keys = co_await store->list(prefix);
-  } catch (const StoreError& e) {
-    if (e.field() != "list") throw;
-    // The hook for consolidated metadata (a listing stored in the group's
-    // metadata), which is what a store that cannot list needs.
-    throw UnsupportedError(e.key(), "list",
-                           "listing the members of group '" + path + "' needs a store that can list keys (" +
-                               e.detail() + "); consolidated metadata is not supported yet");
+  if (view) {
+    keys = keys_of(*view, prefix);
+  } else {
+    try {
+      keys = co_await store->list(prefix);
+    } catch (const StoreError& e) {
+      if (e.field() != "list") throw;
+      throw UnsupportedError(e.key(), "list",
+                             "listing the members of group '" + path + "' needs a store that can list keys (" +
+                                 e.detail() + ") or consolidated metadata in the group (none was found)");
+    }
   }
   // Node paths below the group with the documents they hold, and the
   // directories on the way to them (implicit groups unless they hold one).
@@ -128,7 +155,9 @@ awaitable<std::vector<NodeEntry>> list_members(std::shared_ptr<Store> store, std
   std::vector<std::string> v3_keys;
   for (const auto& [node, d] : found)
     if (d.v3) v3_keys.push_back(prefix + node + "/zarr.json");
-  const auto v3_types = co_await v3_node_types(store, std::move(v3_keys));
+  std::vector<TypeOrError> v3_types;
+  if (view) v3_types = v3_node_types(*view, prefix, v3_keys);
+  else v3_types = co_await v3_node_types(store, v3_keys);
 
   std::vector<NodeEntry> out;
   std::map<std::string, int> groups;  // listed groups -> zarr_format (implicit ones inherit it)
@@ -158,19 +187,40 @@ awaitable<std::vector<NodeEntry>> list_members(std::shared_ptr<Store> store, std
 
 }  // namespace
 
-awaitable<Group> Group::open(Runtime& rt, std::shared_ptr<Store> store, std::string path) {
+awaitable<Group> Group::open(Runtime& rt, std::shared_ptr<Store> store, std::string path, Consolidated consolidated) {
   const std::string key = group_key(path);
-  if (auto doc = co_await store->get(key))
-    co_return Group(rt, std::move(store), std::move(path), parse_group(detail::parse_doc(*doc, key), key), 3);
-  const std::string v2_key = detail::node_prefix(path) + ".zgroup";
-  auto v2_doc = co_await store->get(v2_key);
-  if (!v2_doc) throw NotFound(key, "", "no group metadata at '" + key + "' (nor a Zarr v2 '" + v2_key + "')");
-  const auto j = detail::parse_doc(*v2_doc, v2_key);
+  if (auto doc = co_await store->get(key)) {
+    const auto j = detail::parse_doc(*doc, key);
+    auto attrs = parse_group(j, key);
+    std::shared_ptr<const detail::ConsolidatedView> view;
+    if (consolidated != Consolidated::ignore) view = detail::parse_consolidated_v3(j, key);
+    if (consolidated == Consolidated::require && !view)
+      throw NotFound(key, "consolidated_metadata", "group '" + path + "' holds no consolidated metadata");
+    co_return Group(rt, std::move(store), std::move(path), std::move(attrs), 3, std::move(view));
+  }
+  const std::string prefix = detail::node_prefix(path);
+  std::shared_ptr<const detail::ConsolidatedView> view;
+  detail::NodeDocs own;
+  if (consolidated != Consolidated::ignore) {
+    const std::string zm_key = prefix + ".zmetadata";
+    if (auto zm = co_await store->get(zm_key)) view = detail::parse_consolidated_v2(detail::parse_doc(*zm, zm_key), zm_key, own);
+    else if (consolidated == Consolidated::require)
+      throw NotFound(zm_key, "", "group '" + path + "' holds no consolidated metadata (no '" + key + "', no '" + zm_key + "')");
+  }
+  const std::string v2_key = prefix + ".zgroup";
+  nlohmann::json j = own.doc;  // the consolidated copy of .zgroup and .zattrs when there is one
+  nlohmann::json attrs = own.attrs;
+  if (j.is_null()) {
+    auto v2_doc = co_await store->get(v2_key);
+    if (!v2_doc) throw NotFound(key, "", "no group metadata at '" + key + "' (nor a Zarr v2 '" + v2_key + "')");
+    j = detail::parse_doc(*v2_doc, v2_key);
+    attrs = co_await detail::load_zattrs(*store, path);
+  }
   if (!j.is_object()) throw InvalidMetadata(v2_key, "", "expected a JSON object");
   if (!j.contains("zarr_format") || j["zarr_format"] != 2) throw InvalidMetadata(v2_key, "zarr_format", "expected 2");
-  auto attrs = co_await detail::load_zattrs(*store, path);
   if (attrs.is_null()) attrs = nlohmann::json::object();
-  co_return Group(rt, std::move(store), std::move(path), std::move(attrs), 2);
+  if (!attrs.is_object()) throw InvalidMetadata(prefix + ".zattrs", "", "expected a JSON object of attributes");
+  co_return Group(rt, std::move(store), std::move(path), std::move(attrs), 2, std::move(view));
 }
 
 awaitable<Group> Group::create(Runtime& rt, std::shared_ptr<Store> store, std::string path,
@@ -194,13 +244,14 @@ awaitable<Group> Group::create(Runtime& rt, std::shared_ptr<Store> store, std::s
     co_await detail::store_zattrs(*store, path, attributes);
   }
   co_await store->set(key, std::move(bytes));
-  co_return Group(rt, std::move(store), std::move(path), std::move(attributes), zarr_format);
+  co_await detail::update_consolidated(*store, path);
+  co_return Group(rt, std::move(store), std::move(path), std::move(attributes), zarr_format, nullptr);
 }
 
 boost::asio::any_io_executor Group::executor_of(Runtime& rt) { return rt.io_executor(); }
 
-Group Group::open_blocking(Runtime& rt, std::shared_ptr<Store> store, std::string path) {
-  return detail::wait(rt, open(rt, std::move(store), std::move(path)));
+Group Group::open_blocking(Runtime& rt, std::shared_ptr<Store> store, std::string path, Consolidated consolidated) {
+  return detail::wait(rt, open(rt, std::move(store), std::move(path), consolidated));
 }
 
 Group Group::create_blocking(Runtime& rt, std::shared_ptr<Store> store, std::string path,
@@ -209,11 +260,77 @@ Group Group::create_blocking(Runtime& rt, std::shared_ptr<Store> store, std::str
 }
 
 awaitable<std::vector<NodeEntry>> Group::members(bool recursive) const {
-  return list_members(store_, path_, zarr_format_, recursive);
+  return list_members(store_, path_, zarr_format_, recursive, consolidated_);
 }
 
 std::vector<NodeEntry> Group::members_blocking(bool recursive) const {
   return detail::wait(*rt_, members(recursive));
 }
+
+namespace {
+std::string member_path(const std::string& group, const std::string& name) {
+  validate_key(name);
+  return detail::node_prefix(group) + name;
+}
+
+const detail::NodeDocs* find_member(const std::shared_ptr<const detail::ConsolidatedView>& view,
+                                    const std::string& name) {
+  if (!view) return nullptr;
+  const auto it = view->nodes.find(name);
+  return it == view->nodes.end() ? nullptr : &it->second;
+}
+}  // namespace
+
+// (Static, with every value copied: the awaitable does not refer to the handle.)
+awaitable<Array> Group::open_array_in(Runtime* rt, std::shared_ptr<Store> store, std::string group,
+                                      std::shared_ptr<const detail::ConsolidatedView> view, std::string name) {
+  std::string path = member_path(group, name);
+  const detail::NodeDocs* docs = find_member(view, name);
+  if (!docs) co_return co_await Array::open(*rt, std::move(store), std::move(path));
+  const std::string key = detail::array_metadata_key(path, docs->zarr_format);
+  if (docs->node_type != NodeType::array)
+    throw InvalidArgument(key, "", "'" + path + "' is a group, not an array (" + view->key + ")");
+  ArrayMetadata meta = docs->zarr_format == 3 ? ArrayMetadata::from_json(docs->doc, key)
+                                              : ArrayMetadata::from_v2_json(docs->doc, docs->attrs, key);
+  co_return Array::from_metadata(*rt, std::move(store), std::move(path), std::move(meta));
+}
+
+awaitable<Group> Group::open_group_in(Runtime* rt, std::shared_ptr<Store> store, std::string group,
+                                      std::shared_ptr<const detail::ConsolidatedView> view, std::string name) {
+  std::string path = member_path(group, name);
+  const detail::NodeDocs* docs = find_member(view, name);
+  if (!docs) co_return co_await open(*rt, std::move(store), std::move(path));
+  if (docs->node_type != NodeType::group)
+    throw InvalidArgument(detail::array_metadata_key(path, docs->zarr_format), "",
+                          "'" + path + "' is an array, not a group (" + view->key + ")");
+  nlohmann::json attrs;
+  if (docs->zarr_format == 3) attrs = parse_group(docs->doc, group_key(path));
+  else attrs = docs->attrs.is_null() ? nlohmann::json::object() : docs->attrs;
+  co_return Group(*rt, std::move(store), std::move(path), std::move(attrs), docs->zarr_format, view->below(name));
+}
+
+awaitable<Array> Group::open_array(std::string name) const {
+  return open_array_in(rt_, store_, path_, consolidated_, std::move(name));
+}
+
+awaitable<Group> Group::open_group(std::string name) const {
+  return open_group_in(rt_, store_, path_, consolidated_, std::move(name));
+}
+
+awaitable<Group> Group::consolidate() const { return consolidate_group(*rt_, store_, path_, zarr_format_); }
+
+
+awaitable<Group> Group::consolidate_group(Runtime& rt, std::shared_ptr<Store> store, std::string path, int zarr_format) {
+  const auto found = co_await list_members(store, path, zarr_format, true, nullptr);
+  std::vector<std::string> members;
+  for (const auto& m : found)
+    if (!m.implicit) members.push_back(m.name);
+  co_await detail::consolidate(store, path, zarr_format, std::move(members));
+  co_return co_await open(rt, std::move(store), std::move(path), Consolidated::require);
+}
+
+Array Group::open_array_blocking(std::string name) const { return detail::wait(*rt_, open_array(std::move(name))); }
+Group Group::open_group_blocking(std::string name) const { return detail::wait(*rt_, open_group(std::move(name))); }
+Group Group::consolidate_blocking() const { return detail::wait(*rt_, consolidate()); }
 
 }  // namespace zarrcoro

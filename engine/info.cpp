@@ -120,6 +120,11 @@ awaitable<ojson> node_info(Runtime& rt, std::shared_ptr<Store> store, std::strin
   if (type != "group") throw InvalidMetadata(key, "node_type", bad_type_message(type));
   const Group g = co_await Group::open(rt, store, path);
   ojson children = ojson::array();
+  if (g.has_consolidated_metadata()) {  // its members as the copy has them, no request
+    const auto members = co_await g.members();
+    for (const auto& m : members) children.push_back(child_entry(m.name, m.node_type == NodeType::array ? "array" : "group"));
+    co_return group_info(g, std::move(children));
+  }
   for (const auto& name : child_names) {
     const auto ckey = child_key(path, name);
     std::string child = "invalid";

@@ -2,6 +2,8 @@
 // spec, "Metadata", "Attributes", "Groups").
 #include "engine/node.hpp"
 
+#include "engine/consolidated.hpp"
+
 #include <zarrcoro/error.hpp>
 
 namespace zarrcoro::detail {
@@ -112,9 +114,10 @@ awaitable<void> store_array_metadata(Store& store, std::string path, ArrayMetada
     co_await create_v2_parents(store, path);
     co_await store_zattrs(store, path, metadata.attributes);
     co_await store.set(key, std::move(zarray));
-    co_return;
+  } else {
+    co_await store.set(array_metadata_key(path, 3), json_bytes(metadata.to_json()));
   }
-  co_await store.set(array_metadata_key(path, 3), json_bytes(metadata.to_json()));
+  co_await update_consolidated(store, path);
 }
 
 nlohmann::json pipeline_codecs(const ArrayMetadata& metadata) {

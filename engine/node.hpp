@@ -22,6 +22,8 @@ awaitable<ArrayMetadata> load_array_metadata(Store& store, std::string path);
 // Writes an array's metadata document(s) in metadata.zarr_format. v2:
 // `.zarray`, `.zattrs` (erased when there are no attributes), and a
 // `.zgroup` at every ancestor that holds no node yet (v2 spec, "Groups").
+// Then brings the consolidated copies of ancestor groups up to date
+// (update_consolidated).
 awaitable<void> store_array_metadata(Store& store, std::string path, ArrayMetadata metadata);
 
 // The metadata document names that make a node, in the order they are

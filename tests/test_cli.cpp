@@ -638,24 +638,52 @@ TEST_CASE("cli: ls prints the hierarchy as a tree, arrays with shape and data ty
   CHECK(ok(dir, {"ls", "h/z"}).out == "/ (3, 4) int16\n");
   fails(dir, {"ls", "nothing"}, "does not exist");
   fails(dir, {"ls"}, "PATH");
-  fails(dir, {"frobnicate"}, "expected info, ls, export or import");
+  fails(dir, {"frobnicate"}, "expected info, ls, consolidate, export or import");
 }
 
-TEST_CASE("cli: info on an HTTP array reads it without listing; ls over HTTP says why it cannot") {
+TEST_CASE("cli: info on an HTTP array reads it without listing; ls of an HTTP group needs consolidated metadata") {
   REQUIRE_CLI();
   TempDir dir;
   test::FaultServer server;
   server.put("/g/zarr.json", R"({"zarr_format": 3, "node_type": "group"})");
-  server.put("/g/arr/zarr.json", R"({"zarr_format": 3, "node_type": "array", "shape": [2], "data_type": "uint8",
+  const std::string arr_doc = R"({"zarr_format": 3, "node_type": "array", "shape": [2], "data_type": "uint8",
       "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2]}},
-      "chunk_key_encoding": {"name": "default"}, "fill_value": 7, "codecs": [{"name": "bytes"}]})");
+      "chunk_key_encoding": {"name": "default"}, "fill_value": 7, "codecs": [{"name": "bytes"}]})";
+  server.put("/g/arr/zarr.json", arr_doc);
   const auto j = nlohmann::json::parse(ok(dir, {"info", server.url() + "/g/arr"}).out);
   CHECK(j["node_type"] == "array");
   CHECK(j["shape"] == nlohmann::json::array({2}));
   ok(dir, {"export", server.url() + "/g/arr", "o.npy"});
   CHECK(read_npy(dir / "o.npy").data == Bytes{std::byte{7}, std::byte{7}});
   CHECK(ok(dir, {"ls", server.url() + "/g/arr"}).out == "/ (2,) uint8\n");
-  fails(dir, {"ls", server.url() + "/g"}, "consolidated metadata is not supported yet");
+  fails(dir, {"ls", server.url() + "/g"}, "or consolidated metadata in the group (none was found)");
+
+  // With consolidated metadata (zarr-python 3's inline form), ls and info list it, from g/zarr.json alone.
+  const auto arr = nlohmann::json::parse(arr_doc);
+  nlohmann::json sub = {{"zarr_format", 3}, {"node_type", "group"}, {"attributes", {{"k", 1}}},
+                        {"consolidated_metadata", {{"kind", "inline"}, {"must_understand", false}, {"metadata", nlohmann::json::object()}}}};
+  nlohmann::json g = {{"zarr_format", 3}, {"node_type", "group"}};
+  g["consolidated_metadata"] = {{"kind", "inline"}, {"must_understand", false},
+                                {"metadata", {{"arr", arr}, {"sub", sub}, {"sub/deep", arr}}}};
+  server.put("/g/zarr.json", g.dump());
+  CHECK(ok(dir, {"ls", "-r", server.url() + "/g"}).out ==
+        "/\n├── arr (2,) uint8\n└── sub\n    └── deep (2,) uint8\n");
+  const auto info = nlohmann::json::parse(ok(dir, {"info", server.url() + "/g"}).out);
+  CHECK(info["children"] == nlohmann::json::parse(R"([{"name": "arr", "node_type": "array"}, {"name": "sub", "node_type": "group"}])"));
+}
+
+TEST_CASE("cli: consolidate writes a group's consolidated metadata; ls reads it") {
+  REQUIRE_CLI();
+  TempDir dir;
+  write_npy(dir / "x.npy", make(DataTypeKind::int16, {3}, 1));
+  ok(dir, {"import", "x.npy", "h/x", "--zarr-format", "2"});
+  std::ofstream(dir / "h" / ".zgroup") << R"({"zarr_format": 2})";
+  CHECK(ok(dir, {"consolidate", "h"}).out == "consolidated the metadata of 1 node into .zmetadata\n");
+  const auto zm = nlohmann::json::parse(std::ifstream(dir / "h" / ".zmetadata"));
+  CHECK(zm["metadata"]["x/.zarray"]["shape"] == nlohmann::json::array({3}));
+  fails(dir, {"consolidate", "h/x"}, "is an array");
+  fs::remove(dir / "h" / "x" / ".zarray");  // ls now needs the copy
+  CHECK(ok(dir, {"ls", "h"}).out == "/\n└── x (3,) int16\n");
 }
 
 TEST_CASE("cli: import --overwrite replaces a Zarr node, never a directory of other files") {

@@ -25,6 +25,7 @@
 #include <zarrcoro/error.hpp>
 #include <zarrcoro/runtime.hpp>
 #include <zarrcoro/store/filesystem.hpp>
+#include <zarrcoro/store/counting.hpp>
 #include <zarrcoro/store/http.hpp>
 
 #ifdef ZARRCORO_HAVE_EXAMPLE_SERVER
@@ -459,7 +460,7 @@ TEST_CASE("HttpStore over nginx reads the shared fixtures exactly as the filesys
 // ---------------------------------------------------------------------------
 // Against the fault-injecting server
 
-TEST_CASE("HttpStore: a group's members need listing: UnsupportedError naming consolidated metadata; arrays open",
+TEST_CASE("HttpStore: a group's members need consolidated metadata (UnsupportedError saying so); arrays open",
           "[http][faults]") {
   FaultServer server;
   server.put("/h/zarr.json", R"({"zarr_format": 3, "node_type": "group"})");
@@ -474,12 +475,36 @@ TEST_CASE("HttpStore: a group's members need listing: UnsupportedError naming co
     FAIL("listed the members of a group over HTTP");
   } catch (const UnsupportedError& e) {
     CHECK(e.field() == "list");
-    CHECK(std::string(e.what()).find("consolidated metadata is not supported yet") != std::string::npos);
+    CHECK(std::string(e.what()).find("or consolidated metadata in the group (none was found)") != std::string::npos);
   }
   CHECK(Array::open_blocking(rt, http, "a").read_blocking(Region::all({2})).data == Bytes{std::byte{7}, std::byte{7}});
   // Creating needs no listing to refuse: the node is found by its metadata.
   ArrayMetadata m = Array::open_blocking(rt, http, "a").metadata();
   CHECK_THROWS_AS(Array::create_blocking(rt, http, "a", m), AlreadyExists);
+}
+
+TEST_CASE("HttpStore: a v2 hierarchy with .zmetadata lists and opens from that one document", "[http][faults]") {
+  FaultServer server;
+  server.put("/h/.zmetadata", R"({"zarr_consolidated_format": 1, "metadata": {
+      ".zgroup": {"zarr_format": 2}, ".zattrs": {"title": "t"},
+      "g/.zgroup": {"zarr_format": 2},
+      "g/a/.zarray": {"zarr_format": 2, "shape": [3], "chunks": [2], "dtype": "|u1", "compressor": null,
+                      "fill_value": 9, "filters": null, "order": "C"},
+      "g/a/.zattrs": {"units": "m"}}})");
+  server.put("/h/g/a/0", std::string("\x01\x02", 2));
+  Runtime rt;
+  auto counting = std::make_shared<CountingStore>(std::make_shared<HttpStore>(rt.io_executor(), server.url() + "/h", fast()));
+  const Group root = Group::open_blocking(rt, counting, "");
+  CHECK(root.attributes() == nlohmann::json{{"title", "t"}});
+  CHECK(counting->counts().gets == 2);  // zarr.json (404), .zmetadata
+  const auto all = root.members_blocking(true);
+  REQUIRE(all.size() == 2);
+  CHECK((all[0].name == "g" && all[0].node_type == NodeType::group && all[0].zarr_format == 2));
+  CHECK((all[1].name == "g/a" && all[1].node_type == NodeType::array && all[1].zarr_format == 2));
+  const Array a = root.open_group_blocking("g").open_array_blocking("a");
+  CHECK(a.metadata().attributes == nlohmann::json{{"units", "m"}});
+  CHECK(counting->counts().gets == 2);
+  CHECK(a.read_blocking(Region::all({3})).data == Bytes{std::byte{1}, std::byte{2}, std::byte{9}});
 }
 
 TEST_CASE("HttpStore: a server that ignores Range is sliced locally", "[http][faults]") {

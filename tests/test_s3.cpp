@@ -756,13 +756,26 @@ TEST_CASE("Group::members and create with overwrite on S3, with more keys than o
   const auto before = s3->stats().requests;
   const Array a = Array::create_blocking(rt, s3, "a", i32, CreateMode::overwrite);
   // 2 listing pages of a/ (5 keys), 2 DeleteObjects (the metadata first,
-  // then the 4 chunks), 1 PutObject: not one DeleteObject per key.
-  CHECK(s3->stats().requests - before == 5);
+  // then the 4 chunks), 1 PutObject: not one DeleteObject per key; then 2
+  // GETs looking for a consolidated copy to update (the root's zarr.json,
+  // its .zmetadata).
+  CHECK(s3->stats().requests - before == 7);
   CHECK(run_on(rt, s3->list("a/")) == Strings{"a/zarr.json"});
   std::vector<std::int32_t> back(8, -1);
   a.read_blocking(Region::all(a.shape()), std::as_writable_bytes(std::span(back)));
   CHECK(back == std::vector<std::int32_t>(8, 0));  // the fill value, not 1069547520
   CHECK(root.members_blocking(true) == all);
+
+  // Consolidated metadata: written from the listing, updated by a create
+  // with a conditional PUT (If-Match on the copy's ETag), read in one GET.
+  root.consolidate_blocking();
+  Array::create_blocking(rt, s3, "g/new", m);
+  const auto before_open = s3->stats().requests;
+  const Group again = Group::open_blocking(rt, s3, "");
+  auto with_new = all;
+  with_new.insert(with_new.begin() + 4, NodeEntry{"g/new", NodeType::array, 3, false});
+  CHECK(again.members_blocking(true) == with_new);
+  CHECK(s3->stats().requests - before_open == 1);
 
   Group::create_blocking(rt, s3, "", json::object(), 3, CreateMode::overwrite);
   CHECK(run_on(rt, s3->list("")) == Strings{"zarr.json"});

@@ -92,6 +92,10 @@ for p in docs['.zgroup'][:2]:
 put('fuzz_metadata_v3', 'group_attrs', '{"zarr_format":3,"node_type":"group","attributes":{"x":[1,2.5,"NaN"],"y":{"z":null}}}')
 put('fuzz_metadata_v3', 'group_mu_false', '{"zarr_format":3,"node_type":"group","ext":{"must_understand":false}}')
 
+# ---- consolidated metadata: a v3 group with an inline copy; a v2 .zmetadata ----
+put('fuzz_consolidated', 'v3_inline', '{"zarr_format": 3, "node_type": "group", "attributes": {}, "consolidated_metadata": {"kind": "inline", "must_understand": false, "metadata": {"a": {"zarr_format": 3, "node_type": "array", "shape": [4], "data_type": "float64", "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2]}}, "chunk_key_encoding": {"name": "default"}, "fill_value": "NaN", "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}]}, "g": {"zarr_format": 3, "node_type": "group", "attributes": {"k": 1}, "consolidated_metadata": {"kind": "inline", "must_understand": false, "metadata": {}}}, "g/b": {"zarr_format": 2, "shape": [3], "chunks": [2], "dtype": "<i2", "compressor": null, "fill_value": 0, "filters": null, "order": "C", "attributes": {}}}}}')
+put('fuzz_consolidated', 'v2_zmetadata', '{"zarr_consolidated_format": 1, "metadata": {".zgroup": {"zarr_format": 2}, ".zattrs": {"t": "x"}, "a/.zarray": {"zarr_format": 2, "shape": [3], "chunks": [2], "dtype": "<f4", "compressor": null, "fill_value": "NaN", "filters": null, "order": "C"}, "a/.zattrs": {"u": 1}, "g/.zgroup": {"zarr_format": 2}, "g/h/.zarray": {"zarr_format": 2, "shape": [2], "chunks": [2], "dtype": "|u1", "compressor": {"id": "zlib", "level": 1}, "fill_value": null, "filters": null, "order": "F"}}}')
+
 # ---- end to end: a document and its first chunk ----
 def first_chunk_v3(d, j):
     rank = len(j.get('shape', []))

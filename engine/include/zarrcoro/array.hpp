@@ -248,6 +248,10 @@ class Array {
   static boost::asio::any_io_executor executor_of(Runtime& rt);
   // The handle of the state `op` makes (a coroutine holding no handle).
   static awaitable<Array> adopt(awaitable<std::shared_ptr<const State>> op);
+  // An array from metadata already read (Group: consolidated metadata);
+  // validated like open.
+  friend class Group;
+  static Array from_metadata(Runtime& rt, std::shared_ptr<Store> store, std::string path, ArrayMetadata metadata);
   explicit Array(std::shared_ptr<const State> state) : state_(std::move(state)) {}
   std::shared_ptr<const State> state_;
 };
@@ -269,28 +273,64 @@ struct NodeEntry {
   bool operator==(const NodeEntry&) const = default;
 };
 
+namespace detail {
+struct ConsolidatedView;  // engine internal: the nodes a consolidated document describes
+}
+
+// Whether Group::open uses the hierarchy's consolidated metadata: the
+// metadata documents of every node below a group, held in one document of
+// the group (v2: `.zmetadata`, {"zarr_consolidated_format": 1, "metadata":
+// {"a/.zarray": ...}}; v3: the group's `zarr.json` member
+// "consolidated_metadata": {"kind": "inline", "must_understand": false,
+// "metadata": {"a": <a's zarr.json>, ...}}, zarr-python 3's form, proposed
+// in zarr-specs PR #309). With it, listing members and opening them needs
+// no further request, and works on stores that cannot list (HTTP).
+enum class Consolidated {
+  use_if_present,  // the default, as in zarr-python and xarray
+  ignore,          // read each node's own documents
+  require,         // raise NotFound when the group holds none
+};
+
 // Groups (Zarr v3 core spec, "Group metadata"; Zarr v2 `.zgroup` + `.zattrs`).
 //
 // Thread-safety: a Group is a copyable handle to immutable values; every
 // method may be called concurrently. The blocking forms follow Array's rules
-// (not from a runtime thread: InvalidArgument).
+// (not from a runtime thread: InvalidArgument). The awaitables copy what
+// they need: none refers to the handle.
+//
+// Consolidated metadata is a snapshot: a group opened with it sees the
+// hierarchy as it was when the copy was last written. zarrcoro keeps the
+// copies it finds up to date: creating a node and resizing an array also
+// replace that node's entry (and drop the entries below it) in every
+// consolidated copy held by an ancestor group, with a write conditional on
+// the copy's generation. Other writers may not: Group::consolidate writes
+// the copy anew from a listing of the store.
 class Group {
  public:
   Group() = default;  // an empty handle, to be assigned from open() or create()
 
-  // Opens v3 `zarr.json`, else v2 `.zgroup` (attributes from `.zattrs`).
-  // Raises NotFound / InvalidMetadata like Array::open.
-  static awaitable<Group> open(Runtime& rt, std::shared_ptr<Store> store, std::string path);
+  // Opens v3 `zarr.json`, else v2 `.zgroup` (attributes from `.zattrs`);
+  // with consolidated metadata (unless Consolidated::ignore), reads it too:
+  // v3 from the same document, v2 from `.zmetadata` (read first; its
+  // `.zgroup` and `.zattrs` entries then stand for the group's own
+  // documents, which need not exist). Raises NotFound / InvalidMetadata
+  // like Array::open; InvalidMetadata naming the key and the entry of a
+  // malformed consolidated document; with Consolidated::require, NotFound
+  // when there is none.
+  static awaitable<Group> open(Runtime& rt, std::shared_ptr<Store> store, std::string path,
+                               Consolidated consolidated = Consolidated::use_if_present);
   // zarr_format 2 writes `.zgroup`, `.zattrs` (when there are attributes)
   // and a `.zgroup` at each ancestor holding no node yet (v2 spec, "Groups").
   // Where a node exists at `path`: AlreadyExists, or with
   // CreateMode::overwrite, removed first with everything under it (see
   // CreateMode). InvalidArgument for attributes that are not an object or a
-  // zarr_format other than 2 or 3 (before the store is touched).
+  // zarr_format other than 2 or 3 (before the store is touched). Updates
+  // the consolidated copies of ancestor groups (see above).
   static awaitable<Group> create(Runtime& rt, std::shared_ptr<Store> store, std::string path,
                                  nlohmann::json attributes = nlohmann::json::object(), int zarr_format = 3,
                                  CreateMode mode = CreateMode::fail_if_exists);
-  static Group open_blocking(Runtime& rt, std::shared_ptr<Store> store, std::string path);
+  static Group open_blocking(Runtime& rt, std::shared_ptr<Store> store, std::string path,
+                             Consolidated consolidated = Consolidated::use_if_present);
   static Group create_blocking(Runtime& rt, std::shared_ptr<Store> store, std::string path,
                                nlohmann::json attributes = nlohmann::json::object(), int zarr_format = 3,
                                CreateMode mode = CreateMode::fail_if_exists);
@@ -298,6 +338,12 @@ class Group {
   template <class Token>
   static auto async_open(Runtime& rt, std::shared_ptr<Store> store, std::string path, Token&& token) {
     return detail::async_spawn(executor_of(rt), open(rt, std::move(store), std::move(path)),
+                               std::forward<Token>(token));
+  }
+  template <class Token>
+  static auto async_open(Runtime& rt, std::shared_ptr<Store> store, std::string path, Consolidated consolidated,
+                         Token&& token) {
+    return detail::async_spawn(executor_of(rt), open(rt, std::move(store), std::move(path), consolidated),
                                std::forward<Token>(token));
   }
   template <class Token>
@@ -312,18 +358,21 @@ class Group {
   const nlohmann::json& attributes() const { return attributes_; }
   int zarr_format() const { return zarr_format_; }
   const std::shared_ptr<Store>& store() const { return store_; }
+  // True if the group was opened with consolidated metadata.
+  bool has_consolidated_metadata() const { return consolidated_ != nullptr; }
 
-  // The nodes in this group, found from one Store::list of its prefix:
-  // a child holds `zarr.json` (v3; read for its node_type), else `.zarray`
-  // or `.zgroup` (v2), or is an implicit group (see NodeEntry). v2 and v3
-  // nodes are listed alike. `recursive`: every node below, descending
-  // through groups (never into an array); else the direct children.
-  // Order: depth first, siblings sorted by name (byte order), a group
-  // before its members. The awaitable does not refer to this handle.
+  // The nodes in this group: from its consolidated metadata if it was
+  // opened with some (no request), else from one Store::list of its
+  // prefix, where a child holds `zarr.json` (v3; read for its node_type),
+  // else `.zarray` or `.zgroup` (v2), or is an implicit group (see
+  // NodeEntry). v2 and v3 nodes are listed alike. `recursive`: every node
+  // below, descending through groups (never into an array); else the
+  // direct children. Order: depth first, siblings sorted by name (byte
+  // order), a group before its members.
   // Raises UnsupportedError(field "list") on a store that cannot list keys
-  // (HTTP; listing through consolidated metadata is not supported yet),
-  // InvalidMetadata naming the key of a child `zarr.json` that is not JSON
-  // or lacks zarr_format 3 and node_type "array" or "group", StoreError.
+  // (HTTP) for a group without consolidated metadata, InvalidMetadata
+  // naming the key of a child `zarr.json` that is not JSON or lacks
+  // zarr_format 3 and node_type "array" or "group", StoreError.
   awaitable<std::vector<NodeEntry>> members(bool recursive = false) const;
   std::vector<NodeEntry> members_blocking(bool recursive = false) const;
   // Token form: completes with void(std::exception_ptr, std::vector<NodeEntry>).
@@ -332,16 +381,49 @@ class Group {
     return detail::async_spawn(executor_of(*rt_), members(recursive), std::forward<Token>(token));
   }
 
+  // Opens the array or group at `name` below this group ("a" or "a/b"):
+  // from the consolidated metadata when it describes `name` (no request),
+  // else as Array::open / Group::open do. Raises InvalidArgument for a bad
+  // name or a node of the other type, and what Array::open / Group::open
+  // raise.
+  awaitable<Array> open_array(std::string name) const;
+  awaitable<Group> open_group(std::string name) const;
+  Array open_array_blocking(std::string name) const;
+  Group open_group_blocking(std::string name) const;
+
+  // Writes this group's consolidated metadata anew, in its format (v2
+  // `.zmetadata`; v3 in its `zarr.json`), from a recursive listing of the
+  // store (not from a copy it was opened with), and returns the group
+  // opened with it. Fill values NaN and ±Infinity are written as the
+  // strings the specs give (B02); attributes holding NaN or Infinity raise
+  // InvalidArgument naming the document (strict JSON cannot hold them).
+  // Needs a store that can list and write. Raises what members() raises,
+  // InvalidMetadata naming a node document that cannot be read, StoreError.
+  awaitable<Group> consolidate() const;
+  Group consolidate_blocking() const;
+  template <class Token>
+  auto async_consolidate(Token&& token) const {
+    return detail::async_spawn(executor_of(*rt_), consolidate(), std::forward<Token>(token));
+  }
+
  private:
   static boost::asio::any_io_executor executor_of(Runtime& rt);
-  Group(Runtime& rt, std::shared_ptr<Store> store, std::string path, nlohmann::json attrs, int zarr_format)
+  static awaitable<Array> open_array_in(Runtime* rt, std::shared_ptr<Store> store, std::string group,
+                                        std::shared_ptr<const detail::ConsolidatedView> view, std::string name);
+  static awaitable<Group> open_group_in(Runtime* rt, std::shared_ptr<Store> store, std::string group,
+                                        std::shared_ptr<const detail::ConsolidatedView> view, std::string name);
+  static awaitable<Group> consolidate_group(Runtime& rt, std::shared_ptr<Store> store, std::string path,
+                                            int zarr_format);
+  Group(Runtime& rt, std::shared_ptr<Store> store, std::string path, nlohmann::json attrs, int zarr_format,
+        std::shared_ptr<const detail::ConsolidatedView> consolidated)
       : rt_(&rt), store_(std::move(store)), path_(std::move(path)), attributes_(std::move(attrs)),
-        zarr_format_(zarr_format) {}
+        zarr_format_(zarr_format), consolidated_(std::move(consolidated)) {}
   Runtime* rt_ = nullptr;
   std::shared_ptr<Store> store_;
   std::string path_;
   nlohmann::json attributes_;
   int zarr_format_ = 3;
+  std::shared_ptr<const detail::ConsolidatedView> consolidated_;
 };
 
 }  // namespace zarrcoro

@@ -10,7 +10,8 @@
 // attributes and dimension_names when present (objects with "name" first).
 // A group: zarr_format, node_type, attributes and children, the entries of
 // `child_names` that hold a node, as {"name", "node_type"} ("invalid" when
-// the child's metadata cannot be read).
+// the child's metadata cannot be read); a group with consolidated metadata
+// lists the members its copy holds instead (see Group::open).
 #pragma once
 
 #include <memory>

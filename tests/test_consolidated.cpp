@@ -1,0 +1,402 @@
+// Consolidated metadata: what Group::consolidate writes (v3 inline, v2
+// `.zmetadata`, exact documents), reading a hierarchy through it (no
+// requests after the group's), the copies kept up to date by create and
+// resize (the B30 class), B02 (no bare NaN), malformed copies, and two-way
+// interop with zarr-python 2.13. Over HTTP: test_cli ("ls" of an HTTP group).
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/use_future.hpp>
+#include <catch2/catch.hpp>
+
+#include <zarrcoro/array.hpp>
+#include <zarrcoro/error.hpp>
+#include <zarrcoro/runtime.hpp>
+#include <zarrcoro/store/counting.hpp>
+#include <zarrcoro/store/filesystem.hpp>
+#include <zarrcoro/store/memory.hpp>
+
+#include "support.hpp"
+
+using namespace zarrcoro;
+using nlohmann::json;
+namespace asio = boost::asio;
+namespace fs = std::filesystem;
+
+namespace {
+
+ArrayMetadata meta(DataType t, std::vector<std::uint64_t> shape, int zarr_format = 3) {
+  ArrayMetadata m;
+  m.zarr_format = zarr_format;
+  if (zarr_format == 2) m.chunk_key_encoding = {ChunkKeyEncoding::Kind::v2, '.'};
+  m.shape = std::move(shape);
+  m.chunk_shape = {2};
+  m.data_type = t;
+  m.codecs = json::parse(R"([{"name":"bytes","configuration":{"endian":"little"}}])");
+  return m;
+}
+
+struct Fixture {
+  Runtime rt;
+  test::TempDir dir{"consolidated"};
+  std::shared_ptr<Store> store;
+  explicit Fixture(const std::string& kind = "memory") {
+    if (kind == "memory") store = std::make_shared<MemoryStore>();
+    else store = std::make_shared<FilesystemStore>(rt.io_executor(), dir.path);
+  }
+  template <class T>
+  T run(awaitable<T> a) {
+    return asio::co_spawn(rt.io_executor(), std::move(a), asio::use_future).get();
+  }
+  std::string text(const std::string& key) {
+    const auto b = run(store->get(key));
+    REQUIRE(b);
+    return std::string(reinterpret_cast<const char*>(b->data()), b->size());
+  }
+  // The document at `key`, parsed strictly (nlohmann refuses bare NaN).
+  json doc(const std::string& key) { return json::parse(text(key)); }
+  void set(const std::string& key, const std::string& t) {
+    Bytes b(t.size());
+    std::memcpy(b.data(), t.data(), t.size());
+    run(store->set(key, std::move(b)));
+  }
+  // A hierarchy in one format: root (attrs), a (int16 [5] = 0..4), g
+  // (attrs), g/b (float64 [3], fill NaN, unwritten).
+  void build(int zarr_format) {
+    Group::create_blocking(rt, store, "", json{{"title", "t"}}, zarr_format);
+    const Array a = Array::create_blocking(rt, store, "a", meta(DataTypeKind::int16, {5}, zarr_format));
+    const std::vector<std::int16_t> v{0, 1, 2, 3, 4};
+    a.write_blocking(Region::all(a.shape()), std::as_bytes(std::span(v)));
+    Group::create_blocking(rt, store, "g", json{{"level", 1}}, zarr_format);
+    auto m = meta(DataTypeKind::float64, {3}, zarr_format);
+    m.fill_value = parse_fill_value("NaN", DataTypeKind::float64, "");
+    Array::create_blocking(rt, store, "g/b", m);
+  }
+};
+
+std::string show(const std::vector<NodeEntry>& v) {
+  std::string s;
+  for (const auto& e : v)
+    s += e.name + (e.node_type == NodeType::array ? " array v" : " group v") + std::to_string(e.zarr_format) +
+         (e.implicit ? " implicit" : "") + "; ";
+  return s;
+}
+
+template <class E, class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.key() + " | " + e.field();
+  }
+  return "<none>";
+}
+
+}  // namespace
+
+TEST_CASE("consolidate (v3) writes every node's zarr.json inline in the group's, flat; a group entry has an empty copy") {
+  Fixture f;
+  f.build(3);
+  const Group root = Group::open_blocking(f.rt, f.store, "", Consolidated::ignore).consolidate_blocking();
+  CHECK(root.has_consolidated_metadata());
+  const json z = f.doc("zarr.json");
+  CHECK(z["attributes"] == json{{"title", "t"}});
+  const json& cm = z["consolidated_metadata"];
+  CHECK(cm["kind"] == "inline");
+  CHECK(cm["must_understand"] == false);
+  json g = f.doc("g/zarr.json");
+  g["consolidated_metadata"] = {{"kind", "inline"}, {"must_understand", false}, {"metadata", json::object()}};
+  const json expected = {{"a", f.doc("a/zarr.json")}, {"g", g}, {"g/b", f.doc("g/b/zarr.json")}};
+  CHECK(cm["metadata"] == expected);
+  CHECK(cm["metadata"]["g/b"]["fill_value"] == "NaN");  // B02: a string, never a bare token
+}
+
+TEST_CASE("consolidate (v2) writes .zmetadata as zarr-python does: every .zgroup, .zarray and .zattrs by key") {
+  Fixture f("filesystem");
+  f.build(2);
+  Group::open_blocking(f.rt, f.store, "").consolidate_blocking();
+  const json expected = {{"zarr_consolidated_format", 1},
+                         {"metadata",
+                          {{".zgroup", f.doc(".zgroup")},
+                           {".zattrs", f.doc(".zattrs")},
+                           {"a/.zarray", f.doc("a/.zarray")},
+                           {"g/.zgroup", f.doc("g/.zgroup")},
+                           {"g/.zattrs", f.doc("g/.zattrs")},
+                           {"g/b/.zarray", f.doc("g/b/.zarray")}}}};
+  CHECK(f.doc(".zmetadata") == expected);
+}
+
+TEST_CASE("B02: a NaN fill written bare by another tool is consolidated as the string \"NaN\"; so are the infinities") {
+  Fixture f;
+  const char* zarray = R"({"zarr_format": 2, "shape": [12], "chunks": [4], "dtype": "<f8", "compressor": null,
+      "fill_value": %s, "filters": null, "order": "C"})";
+  Group::create_blocking(f.rt, f.store, "", json::object(), 2);
+  for (const auto& [name, token] : std::vector<std::pair<std::string, std::string>>{
+           {"nan", "NaN"}, {"inf", "Infinity"}, {"ninf", "-Infinity"}}) {
+    char text[512];
+    std::snprintf(text, sizeof text, zarray, token.c_str());
+    f.set(name + "/.zarray", text);
+  }
+  Group::open_blocking(f.rt, f.store, "").consolidate_blocking();
+  const std::string written = f.text(".zmetadata");
+  const json zm = json::parse(written);  // strict: no NaN extension
+  CHECK(zm["metadata"]["nan/.zarray"]["fill_value"] == "NaN");
+  CHECK(zm["metadata"]["inf/.zarray"]["fill_value"] == "Infinity");
+  CHECK(zm["metadata"]["ninf/.zarray"]["fill_value"] == "-Infinity");
+  // and the arrays open from the copy with those fills
+  const Group g = Group::open_blocking(f.rt, f.store, "");
+  const NdArray all = g.open_array_blocking("nan").read_blocking(Region::all({12}));
+  double first = 0;
+  std::memcpy(&first, all.data.data(), sizeof first);
+  CHECK(std::isnan(first));
+}
+
+TEST_CASE("a group opened with consolidated metadata lists and opens its members without another request") {
+  const int format = GENERATE(2, 3);
+  Fixture f;
+  f.build(format);
+  Group::open_blocking(f.rt, f.store, "").consolidate_blocking();
+  auto counting = std::make_shared<CountingStore>(f.store);
+  const Group root = Group::open_blocking(f.rt, counting, "");
+  REQUIRE(root.has_consolidated_metadata());
+  CHECK(root.attributes() == json{{"title", "t"}});
+  // v3: zarr.json; v2: zarr.json (absent), then .zmetadata, which holds .zgroup and .zattrs
+  CHECK(counting->counts().gets == (format == 3 ? 1u : 2u));
+  const auto before = counting->counts().requests();
+  const auto all = root.members_blocking(true);
+  CHECK(show(all) == "a array v" + std::to_string(format) + "; g group v" + std::to_string(format) + "; g/b array v" +
+                         std::to_string(format) + "; ");
+  const Array a = root.open_array_blocking("a");
+  const Group g = root.open_group_blocking("g");
+  CHECK(g.has_consolidated_metadata());
+  CHECK(g.attributes() == json{{"level", 1}});
+  CHECK(show(g.members_blocking()) == "b array v" + std::to_string(format) + "; ");
+  const Array b = g.open_array_blocking("b");
+  CHECK(counting->counts().requests() == before);  // all of it from the one document
+  CHECK(b.shape() == std::vector<std::uint64_t>{3});
+  std::vector<std::int16_t> values(5);
+  a.read_blocking(Region::all(a.shape()), std::as_writable_bytes(std::span(values)));
+  CHECK(values == std::vector<std::int16_t>{0, 1, 2, 3, 4});
+}
+
+TEST_CASE("Consolidated::ignore reads each node's documents; Consolidated::require refuses a group without a copy") {
+  Fixture f;
+  f.build(3);
+  CHECK(error_of<NotFound>([&] { Group::open_blocking(f.rt, f.store, "", Consolidated::require); }) ==
+        "zarr.json | consolidated_metadata");
+  Group::open_blocking(f.rt, f.store, "").consolidate_blocking();
+  // A node another tool adds is not in the copy: the copy is a snapshot.
+  f.set("late/zarr.json", R"({"zarr_format": 3, "node_type": "group"})");
+  CHECK(show(Group::open_blocking(f.rt, f.store, "").members_blocking()) == "a array v3; g group v3; ");
+  const Group plain = Group::open_blocking(f.rt, f.store, "", Consolidated::ignore);
+  CHECK_FALSE(plain.has_consolidated_metadata());
+  CHECK(show(plain.members_blocking()) == "a array v3; g group v3; late group v3; ");
+  // A member missing from the copy is still opened from its own documents.
+  CHECK(Group::open_blocking(f.rt, f.store, "").open_group_blocking("late").path() == "late");
+
+  Fixture v2;
+  v2.build(2);
+  CHECK(error_of<NotFound>([&] { Group::open_blocking(v2.rt, v2.store, "", Consolidated::require); }) ==
+        ".zmetadata | ");
+}
+
+TEST_CASE("B30: resize and create update the consolidated copy in the same operation; overwrite drops the entries below") {
+  const int format = GENERATE(2, 3);
+  Fixture f;
+  f.build(format);
+  const Group root = Group::open_blocking(f.rt, f.store, "").consolidate_blocking();
+  Group::open_blocking(f.rt, f.store, "g").open_array_blocking("b").resize_blocking({7});
+  Array::create_blocking(f.rt, f.store, "g/c", meta(DataTypeKind::uint8, {2}, format));
+  Group::create_blocking(f.rt, f.store, "n", json::object(), format);
+
+  const Group again = Group::open_blocking(f.rt, f.store, "");
+  REQUIRE(again.has_consolidated_metadata());
+  const std::string v = " v" + std::to_string(format) + "; ";
+  CHECK(show(again.members_blocking(true)) ==
+        "a array" + v + "g group" + v + "g/b array" + v + "g/c array" + v + "n group" + v);
+  CHECK(again.open_group_blocking("g").open_array_blocking("b").shape() == std::vector<std::uint64_t>{7});
+  // What consolidate would write now is what the updates wrote.
+  const std::string key = format == 3 ? "zarr.json" : ".zmetadata";
+  const json updated = f.doc(key);
+  Group::open_blocking(f.rt, f.store, "").consolidate_blocking();
+  CHECK(f.doc(key) == updated);
+
+  // Overwriting g with an array drops g's members from the copy.
+  Array::create_blocking(f.rt, f.store, "g", meta(DataTypeKind::uint8, {2}, format), CreateMode::overwrite);
+  CHECK(show(Group::open_blocking(f.rt, f.store, "").members_blocking(true)) == "a array" + v + "g array" + v +
+                                                                                     "n group" + v);
+  CHECK(show(Group::open_blocking(f.rt, f.store, "", Consolidated::ignore).members_blocking(true)) ==
+        "a array" + v + "g array" + v + "n group" + v);
+}
+
+TEST_CASE("a deeper group's copy is updated too, relative to that group") {
+  Fixture f;
+  Group::create_blocking(f.rt, f.store, "");
+  Group::create_blocking(f.rt, f.store, "p");
+  Group::create_blocking(f.rt, f.store, "p/q");
+  Group::open_blocking(f.rt, f.store, "p").consolidate_blocking();
+  Array::create_blocking(f.rt, f.store, "p/q/x", meta(DataTypeKind::uint8, {2}));
+  CHECK(show(Group::open_blocking(f.rt, f.store, "p").members_blocking(true)) ==
+        "q group v3; q/x array v3; ");
+  CHECK_FALSE(Group::open_blocking(f.rt, f.store, "").has_consolidated_metadata());  // the root had none
+}
+
+TEST_CASE("consolidate refuses NaN in attributes, naming the document it would write") {
+  Fixture f;
+  Group::create_blocking(f.rt, f.store, "");
+  f.set("g/zarr.json", R"({"zarr_format": 3, "node_type": "group", "attributes": {"x": NaN}})");
+  CHECK(error_of<InvalidArgument>([&] { Group::open_blocking(f.rt, f.store, "").consolidate_blocking(); }) ==
+        "zarr.json | attributes.consolidated_metadata.metadata.g.attributes.x");
+  CHECK_FALSE(f.doc("zarr.json").contains("consolidated_metadata"));  // nothing written
+}
+
+TEST_CASE("malformed consolidated metadata raises InvalidMetadata naming the key and the entry") {
+  Fixture f;
+  auto group_with = [&](const std::string& cm) {
+    f.set("zarr.json", R"({"zarr_format": 3, "node_type": "group", "consolidated_metadata": )" + cm + "}");
+    return error_of<Error>([&] { Group::open_blocking(f.rt, f.store, ""); });
+  };
+  CHECK(group_with("[]") == "zarr.json | consolidated_metadata");
+  CHECK(group_with(R"({"kind": "remote", "metadata": {}})") == "zarr.json | consolidated_metadata.kind");
+  CHECK(group_with(R"({"kind": "inline", "metadata": 3})") == "zarr.json | consolidated_metadata.metadata");
+  CHECK(group_with(R"({"kind": "inline", "metadata": {"../x": {"zarr_format": 3, "node_type": "group"}}})") ==
+        R"(zarr.json | consolidated_metadata.metadata["../x"])");
+  CHECK(group_with(R"({"kind": "inline", "metadata": {"a": 1}})") == R"(zarr.json | consolidated_metadata.metadata["a"])");
+  CHECK(group_with(R"({"kind": "inline", "metadata": {"a": {"zarr_format": 4}}})") ==
+        R"(zarr.json | consolidated_metadata.metadata["a"].zarr_format)");
+  CHECK(group_with(R"({"kind": "inline", "metadata": {"a": {"zarr_format": 3, "node_type": "x"}}})") ==
+        R"(zarr.json | consolidated_metadata.metadata["a"].node_type)");
+  CHECK(group_with("null") == "<none>");  // null: no copy, as some writers put it
+
+  Fixture v2;
+  v2.set(".zgroup", R"({"zarr_format": 2})");
+  auto zmetadata = [&](const std::string& text) {
+    v2.set(".zmetadata", text);
+    return error_of<InvalidMetadata>([&] { Group::open_blocking(v2.rt, v2.store, ""); });
+  };
+  CHECK(zmetadata("[]") == ".zmetadata | ");
+  CHECK(zmetadata(R"({"zarr_consolidated_format": 2, "metadata": {}})") == ".zmetadata | zarr_consolidated_format");
+  CHECK(zmetadata(R"({"zarr_consolidated_format": 1})") == ".zmetadata | metadata");
+  CHECK(zmetadata(R"({"zarr_consolidated_format": 1, "metadata": {"a//.zarray": {}}})") ==
+        R"(.zmetadata | metadata["a//.zarray"])");
+  CHECK(zmetadata(R"({"zarr_consolidated_format": 1, "metadata": {"a/.zarray": []}})") ==
+        R"(.zmetadata | metadata["a/.zarray"])");
+  // A bad array document in the copy is named when the array is opened.
+  zmetadata(R"({"zarr_consolidated_format": 1, "metadata": {"a/.zarray": {"zarr_format": 2}}})");
+  const Group g = Group::open_blocking(v2.rt, v2.store, "");
+  CHECK(error_of<InvalidMetadata>([&] { g.open_array_blocking("a"); }).starts_with("a/.zarray | "));
+  CHECK(error_of<InvalidArgument>([&] { g.open_group_blocking("a"); }) == "a/.zarray | ");
+}
+
+// ---- zarr-python 2.13 ------------------------------------------------------
+
+namespace {
+const char* kPython = "/usr/bin/python3";
+const fs::path kScript = fs::path(__FILE__).parent_path() / "interop" / "zarr_python_consolidated.py";
+
+bool have_zarr_python() {
+  return std::system((std::string(kPython) + " -c 'import zarr' >/dev/null 2>&1").c_str()) == 0;
+}
+
+std::pair<int, std::string> python(const std::string& args, const fs::path& log) {
+  const int rc = std::system((std::string(kPython) + " " + kScript.string() + " " + args + " >" + log.string() +
+                              " 2>&1")
+                                 .c_str());
+  std::ifstream in(log);
+  std::stringstream out;
+  out << in.rdbuf();
+  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, out.str()};
+}
+
+#define REQUIRE_ZARR_PYTHON()                                                                    \
+  do {                                                                                           \
+    if (!have_zarr_python()) {                                                                   \
+      if (std::getenv("CI")) FAIL("CI is set but /usr/bin/python3 cannot import zarr");          \
+      WARN("skipped: /usr/bin/python3 with zarr (Debian python3-zarr) is not installed");        \
+      return;                                                                                    \
+    }                                                                                            \
+  } while (0)
+}  // namespace
+
+TEST_CASE("zarr-python 2 consolidates; zarrcoro reads the hierarchy from .zmetadata alone", "[interop]") {
+  REQUIRE_ZARR_PYTHON();
+  Fixture f("filesystem");
+  const fs::path dir = f.dir.path / "h";  // zarr-python replaces the directory it writes: a store made after
+  const auto [rc, out] = python("generate " + dir.string(), f.dir.path / "gen.log");
+  INFO(out);
+  REQUIRE(rc == 0);
+  auto store = std::make_shared<FilesystemStore>(f.rt.io_executor(), dir);
+  const Group root = Group::open_blocking(f.rt, store, "");  // only .zmetadata and chunks are there
+  REQUIRE(root.has_consolidated_metadata());
+  CHECK(root.attributes() == json{{"title", "consolidated"}});
+  CHECK(show(root.members_blocking(true)) == "a array v2; sub group v2; sub/b array v2; ");
+  std::vector<std::int16_t> a(5);
+  root.open_array_blocking("a").read_blocking(Region::all({5}), std::as_writable_bytes(std::span(a)));
+  CHECK(a == std::vector<std::int16_t>{0, 1, 2, 3, 4});
+  const Group sub = root.open_group_blocking("sub");
+  CHECK(sub.attributes() == json{{"level", 1}});
+  const NdArray b = sub.open_array_blocking("b").read_blocking(Region::all({3}));
+  REQUIRE(b.data.size() == 24);
+  double v[3];
+  std::memcpy(v, b.data.data(), sizeof v);
+  CHECK((std::isnan(v[0]) && std::isnan(v[1]) && std::isnan(v[2])));
+}
+
+TEST_CASE("zarrcoro consolidates; zarr-python 2 opens the hierarchy with open_consolidated from .zmetadata alone",
+          "[interop]") {
+  REQUIRE_ZARR_PYTHON();
+  Fixture f("filesystem");
+  f.build(2);
+  Group::open_blocking(f.rt, f.store, "").consolidate_blocking();
+  const auto [rc, out] = python("verify " + f.dir.path.string(), f.dir.path / "verify.log");
+  INFO(out);
+  REQUIRE(rc == 0);
+  const json tree = json::parse(out);
+  const json expected = {
+      {"", {{"attrs", {{"title", "t"}}}}},
+      {"a", {{"attrs", json::object()}, {"dtype", "<i2"}, {"fill_value", 0}, {"shape", {5}}, {"values", {0, 1, 2, 3, 4}}}},
+      {"g", {{"attrs", {{"level", 1}}}}},
+      {"g/b",
+       {{"attrs", json::object()}, {"dtype", "<f8"}, {"fill_value", "NaN"}, {"shape", {3}}, {"values", {"NaN", "NaN", "NaN"}}}}};
+  CHECK(tree == expected);
+}
+
+// ---- zarrita (JavaScript) --------------------------------------------------
+
+TEST_CASE("zarrita opens a v3 hierarchy zarrcoro consolidated from the root zarr.json alone", "[interop][zarrita]") {
+  const fs::path interop = ZARRCORO_INTEROP_DIR;
+  std::string missing;
+  if (std::system("command -v node >/dev/null 2>&1") != 0) missing = "node is not on PATH";
+  else if (!fs::is_directory(interop / "node_modules" / "zarrita"))
+    missing = "zarrita is not installed (npm ci --prefix " + interop.string() + " --no-audit --no-fund)";
+  if (!missing.empty()) {
+    if (std::getenv("CI")) FAIL("CI must run the zarrita interop test, but " << missing);
+    WARN("SKIPPED: " << missing);
+    return;
+  }
+  Fixture f("filesystem");
+  f.build(3);
+  Group::open_blocking(f.rt, f.store, "").consolidate_blocking();
+  for (const char* doc : {"a/zarr.json", "g/zarr.json", "g/b/zarr.json"}) fs::remove(f.dir.path / doc);
+  const fs::path log = f.dir.path.parent_path() / (f.dir.path.filename().string() + ".zarrita.log");
+  const std::string command = "node " + (interop / "consolidated_with_zarrita.mjs").string() + " " +
+                              f.dir.path.string() + " >" + log.string() + " 2>&1";
+  const int rc = std::system(command.c_str());
+  std::ifstream in(log);
+  std::stringstream out;
+  out << in.rdbuf();
+  fs::remove(log);
+  INFO(out.str());
+  REQUIRE(rc == 0);
+  const json seen = json::parse(out.str());
+  CHECK(seen["contents"] == json::parse(R"([["/", "group"], ["/a", "array"], ["/g", "group"], ["/g/b", "array"]])"));
+  CHECK(seen["a"] == json::array({0, 1, 2, 3, 4}));
+  CHECK(seen["g"] == json{{"level", 1}});
+}
