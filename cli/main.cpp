@@ -3,6 +3,10 @@
 //
 //   zarrcoro info PATH
 //   zarrcoro ls PATH [--recursive]
+//   zarrcoro consolidate PATH
+//   zarrcoro reencode SRC DST [--zarr-format 3|2] [--chunks ...] [--shard ...|none]
+//                   [--codec ...] [--endian little|big] [--separator /|.]
+//                   [--overwrite] [--dry-run] [--progress | --quiet]
 //   zarrcoro export PATH OUT.npy [--region 0:10,5:20]
 //   zarrcoro import IN.npy PATH [--chunks 100,100] [--zarr-format 3|2]
 //                   [--codec zstd:3|gzip:5|blosc:lz4:5:shuffle|zlib:1|lz4|none]
@@ -46,81 +50,16 @@
 #include <zarrcoro/store/filesystem.hpp>
 #include <zarrcoro/store/open.hpp>
 
+#include "cli/common.hpp"
+#include "cli/reencode.hpp"
+
 namespace fs = std::filesystem;
 namespace asio = boost::asio;
 using namespace zarrcoro;
 using ojson = nlohmann::ordered_json;
+using namespace zarrcoro::cli;
 
 namespace {
-
-// A user-facing failure whose message is complete as it stands.
-struct Failure : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-bool verbose = false;
-
-std::string quoted(const fs::path& p) { return "'" + p.string() + "'"; }
-
-template <class T>
-T wait(Runtime& rt, awaitable<T> a) {
-  return asio::co_spawn(rt.io_executor(), std::move(a), asio::use_future).get();
-}
-
-// Runs `f`, prefixing engine errors with the directory they concern.
-template <class F>
-auto at(const fs::path& dir, F&& f) {
-  try {
-    return f();
-  } catch (const Error& e) {
-    throw Failure(quoted(dir) + ": " + e.what());
-  }
-}
-
-// PATH is a local directory, or a URL (file://, http(s)://, s3://bucket/prefix).
-bool is_remote(const fs::path& dir) { return is_url(dir.string()); }
-
-std::shared_ptr<Store> open_dir(Runtime& rt, const fs::path& dir, bool must_exist) {
-  if (is_remote(dir)) return open_store(dir.string(), rt.io_executor());
-  std::error_code ec;
-  if (must_exist && !fs::is_directory(dir, ec))
-    throw Failure(quoted(dir) + (fs::exists(dir, ec) ? " is not a directory" : " does not exist"));
-  // Without io_uring the store falls back to blocking I/O and says so once;
-  // for a one-shot command that note is noise unless asked for (-v).
-  const auto level = spdlog::get_level();
-  if (!verbose) spdlog::set_level(spdlog::level::err);
-  struct Restore {
-    spdlog::level::level_enum level;
-    ~Restore() { spdlog::set_level(level); }
-  } restore{level};
-  return std::make_shared<FilesystemStore>(rt.io_executor(), dir);
-}
-
-// The parsed document under `key`, or null when absent.
-nlohmann::json read_doc(Runtime& rt, Store& store, const fs::path& dir, const std::string& key) {
-  auto doc = at(dir, [&] { return wait(rt, store.get(key)); });
-  if (!doc) return nullptr;
-  return at(dir, [&] { return parse_json({reinterpret_cast<const char*>(doc->data()), doc->size()}, key); });
-}
-
-// The node at the root of `dir`: its format and type, or a Failure saying what is there.
-struct Node {
-  int zarr_format;
-  std::string type;  // "array" or "group"
-};
-
-Node read_node(Runtime& rt, Store& store, const fs::path& dir) {
-  const auto j = read_doc(rt, store, dir, "zarr.json");
-  if (j.is_null()) {
-    if (at(dir, [&] { return wait(rt, store.exists(".zarray")); })) return {2, "array"};
-    if (at(dir, [&] { return wait(rt, store.exists(".zgroup")); })) return {2, "group"};
-    if (at(dir, [&] { return wait(rt, store.exists(".zmetadata")); })) return {2, "group"};  // consolidated only
-    throw Failure(quoted(dir) + " holds no Zarr node (no zarr.json, .zarray or .zgroup)");
-  }
-  if (!j.is_object() || !j.contains("node_type") || !j["node_type"].is_string())
-    throw Failure(quoted(dir) + ": invalid metadata: key 'zarr.json', field 'node_type': expected \"array\" or \"group\"");
-  return {3, j["node_type"].get<std::string>()};
-}
 
 Array open_array(Runtime& rt, const std::shared_ptr<Store>& store, const fs::path& dir) {
   const auto type = read_node(rt, *store, dir).type;
@@ -129,84 +68,6 @@ Array open_array(Runtime& rt, const std::shared_ptr<Store>& store, const fs::pat
 }
 
 void print(const ojson& j) { std::cout << j.dump(2, ' ', false, ojson::error_handler_t::replace) << '\n'; }
-
-// "a,b,c" -> positive integers ("" -> none).
-std::vector<std::uint64_t> parse_list(const std::string& text, const std::string& option) {
-  std::vector<std::uint64_t> out;
-  if (text.empty()) return out;
-  for (std::size_t pos = 0;;) {
-    const auto comma = text.find(',', pos);
-    const std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    std::uint64_t v = 0;
-    auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
-    if (ec != std::errc() || p != item.data() + item.size() || v == 0)
-      throw Failure(option + ": '" + item + "' is not a positive integer (in '" + text + "')");
-    out.push_back(v);
-    if (comma == std::string::npos) return out;
-    pos = comma + 1;
-  }
-}
-
-constexpr const char* kCodecForms =
-    "zstd[:LEVEL], gzip[:LEVEL], blosc[:CNAME[:CLEVEL[:SHUFFLE]]], zlib[:LEVEL] (v2), lz4[:ACCELERATION] (v2) or none";
-
-// A --codec spec -> the bytes-to-bytes codec, if any. `typesize` is the
-// element size (blosc shuffles by it). blosc defaults to lz4:5:shuffle, as
-// zarr-python 2 does; SHUFFLE is noshuffle, shuffle or bitshuffle.
-std::optional<nlohmann::json> parse_codec(const std::string& spec, std::size_t typesize) {
-  std::vector<std::string> parts;
-  for (std::size_t pos = 0;;) {
-    const auto colon = spec.find(':', pos);
-    parts.push_back(spec.substr(pos, colon == std::string::npos ? std::string::npos : colon - pos));
-    if (colon == std::string::npos) break;
-    pos = colon + 1;
-  }
-  const std::string& name = parts[0];
-  auto number = [&](std::size_t i, const char* what, int dflt, int lo, int hi) {
-    if (i >= parts.size()) return dflt;
-    const std::string& t = parts[i];
-    int v = 0;
-    auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
-    if (ec != std::errc() || p != t.data() + t.size() || t.empty() || v < lo || v > hi)
-      throw Failure("--codec: bad " + name + " " + what + " '" + t + "' (expected an integer in " +
-                    std::to_string(lo) + ".." + std::to_string(hi) + ")");
-    return v;
-  };
-  auto at_most = [&](std::size_t n) {
-    if (parts.size() > n) throw Failure("--codec: too many ':' parts in '" + spec + "' (expected " + kCodecForms + ")");
-  };
-  if (name == "none") {
-    at_most(1);
-    return std::nullopt;
-  }
-  if (name == "zstd") {
-    at_most(2);
-    return nlohmann::json{{"name", "zstd"}, {"configuration", {{"level", number(1, "level", 3, -131072, 22)}, {"checksum", false}}}};
-  }
-  if (name == "gzip" || name == "zlib") {
-    at_most(2);
-    return nlohmann::json{{"name", name}, {"configuration", {{"level", number(1, "level", name == "gzip" ? 5 : 1, 0, 9)}}}};
-  }
-  if (name == "lz4") {
-    at_most(2);
-    return nlohmann::json{{"name", "lz4"}, {"configuration", {{"acceleration", number(1, "acceleration", 1, 1, 65537)}}}};
-  }
-  if (name == "blosc") {
-    at_most(4);
-    const std::string cname = parts.size() > 1 ? parts[1] : "lz4";
-    static const char* cnames[] = {"lz4", "lz4hc", "blosclz", "zstd", "zlib", "snappy"};
-    if (std::find(std::begin(cnames), std::end(cnames), cname) == std::end(cnames))
-      throw Failure("--codec: unknown blosc compressor '" + cname + "' (expected lz4, lz4hc, blosclz, zstd or zlib)");
-    const std::string shuffle = parts.size() > 3 ? parts[3] : "shuffle";
-    if (shuffle != "noshuffle" && shuffle != "shuffle" && shuffle != "bitshuffle")
-      throw Failure("--codec: unknown blosc shuffle '" + shuffle + "' (expected noshuffle, shuffle or bitshuffle)");
-    return nlohmann::json{{"name", "blosc"},
-                          {"configuration",
-                           {{"cname", cname}, {"clevel", number(2, "clevel", 5, 0, 9)}, {"shuffle", shuffle},
-                            {"typesize", typesize}, {"blocksize", 0}}}};
-  }
-  throw Failure("--codec: unknown codec '" + spec + "' (expected " + kCodecForms + ")");
-}
 
 // `info` for a v2 array: the .zarray members, the v3 data type and codec
 // chain they mean (when this build supports them), and the .zattrs.
@@ -442,17 +303,7 @@ void cmd_import(const fs::path& in, const fs::path& dir, const ImportOptions& o)
     m.fill_value = parse_fill_value(j, m.data_type, "--fill-value");
   }
 
-  // --overwrite empties a local directory only when it holds a Zarr node:
-  // never a directory of other files given by mistake.
-  std::error_code ec;
-  if (!is_remote(dir) && fs::exists(dir, ec) && !(fs::is_directory(dir, ec) && fs::is_empty(dir, ec))) {
-    if (!o.overwrite)
-      throw Failure(quoted(dir) + " already exists and is not an empty directory; refusing to overwrite it "
-                    "(--overwrite replaces a Zarr node there)");
-    if (!fs::exists(dir / "zarr.json", ec) && !fs::exists(dir / ".zarray", ec) && !fs::exists(dir / ".zgroup", ec))
-      throw Failure(quoted(dir) + " is not empty and holds no Zarr node (zarr.json, .zarray or .zgroup); "
-                    "refusing to overwrite it");
-  }
+  check_destination(dir, o.overwrite);
   Runtime rt;
   auto store = open_dir(rt, dir, false);
   const CreateMode mode = o.overwrite ? CreateMode::overwrite : CreateMode::fail_if_exists;
@@ -508,6 +359,28 @@ int main(int argc, char** argv) {
                                   "zarr.json) from the nodes below it");
   cons->add_option("PATH", path, "Directory (or file://, s3:// URL) holding the group")->required();
 
+  ReencodeOptions re;
+  fs::path dst;
+  bool progress = false, quiet = false;
+  auto* reenc = app.add_subcommand("reencode",
+                                   "Copy the array or group at SRC to DST in a new layout (format, chunks, shards, "
+                                   "codecs), streaming with bounded memory");
+  reenc->add_option("SRC", path, "Directory or URL holding the array or group")->required();
+  reenc->add_option("DST", dst, "Directory or URL to create (absent or empty; see --overwrite)")->required();
+  reenc->add_option("--zarr-format", re.zarr_format, "Zarr format of the output (default: the source's)")
+      ->check(CLI::IsMember({2, 3}));
+  reenc->add_option("--chunks", re.chunks, "Chunk shape (sharded: the inner chunks), e.g. 100,100");
+  reenc->add_option("--shard", re.shard, "Shard shape, a multiple of the chunk shape (v3), or none");
+  reenc->add_option("--codec", re.codec, std::string(kCodecForms) + " (default: the source's)");
+  reenc->add_option("--endian", re.endian, "Stored byte order (default: the source's)")
+      ->check(CLI::IsMember({"little", "big"}));
+  reenc->add_option("--separator", re.separator, "Chunk key separator (default: / for v3, . for v2)")
+      ->check(CLI::IsMember({"/", "."}));
+  reenc->add_flag("--overwrite", re.overwrite, "Replace a Zarr node at DST, removing everything under it");
+  reenc->add_flag("--dry-run", re.dry_run, "Print the plan (one line per node) and write nothing");
+  reenc->add_flag("--progress", progress, "Show progress on stderr even when it is not a terminal");
+  reenc->add_flag("-q,--quiet", quiet, "No progress line");
+
   auto* exp = app.add_subcommand("export", "Write (a region of) the array at PATH to a .npy file");
   exp->add_option("PATH", path, "Directory or URL holding the array's zarr.json or .zarray")->required();
   exp->add_option("OUT", npy, "The .npy file to write")->required();
@@ -540,7 +413,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
     if (app.get_subcommands().empty() && !app.remaining().empty())
-      return fail("unknown command '" + app.remaining().front() + "' (expected info, ls, consolidate, export or import)");
+      return fail("unknown command '" + app.remaining().front() + "' (expected info, ls, consolidate, reencode, export or import)");
     return fail(e.what());
   }
   imp.chunks_given = chunks->count() > 0;
@@ -549,6 +422,10 @@ int main(int argc, char** argv) {
     if (*info) cmd_info(path);
     else if (*ls) cmd_ls(path, recursive);
     else if (*cons) cmd_consolidate(path);
+    else if (*reenc) {
+      re.progress = quiet ? ProgressMode::never : progress ? ProgressMode::always : ProgressMode::automatic;
+      cmd_reencode(path, dst, re);
+    }
     else if (*exp) cmd_export(path, npy, region);
     else if (*imp_cmd) cmd_import(npy, path, imp);
     return 0;

@@ -638,7 +638,7 @@ TEST_CASE("cli: ls prints the hierarchy as a tree, arrays with shape and data ty
   CHECK(ok(dir, {"ls", "h/z"}).out == "/ (3, 4) int16\n");
   fails(dir, {"ls", "nothing"}, "does not exist");
   fails(dir, {"ls"}, "PATH");
-  fails(dir, {"frobnicate"}, "expected info, ls, consolidate, export or import");
+  fails(dir, {"frobnicate"}, "expected info, ls, consolidate, reencode, export or import");
 }
 
 TEST_CASE("cli: info on an HTTP array reads it without listing; ls of an HTTP group needs consolidated metadata") {
@@ -704,4 +704,146 @@ TEST_CASE("cli: import --overwrite replaces a Zarr node, never a directory of ot
   std::ofstream(dir / "docs/notes.txt") << "keep me";
   fails(dir, {"import", "second.npy", "docs", "--overwrite"}, "holds no Zarr node");
   CHECK(slurp(dir / "docs/notes.txt") == "keep me");
+}
+
+// ---- reencode --------------------------------------------------------------
+
+namespace {
+// The chunk files below `dir` (relative paths; metadata documents left out).
+std::vector<std::string> chunk_files(const fs::path& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_regular_file() && name != "zarr.json" && name[0] != '.') out.push_back(fs::relative(e.path(), dir).string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// A v2 group with .zmetadata: a (float64 [9, 8], chunks [3, 4], fill NaN,
+// dimension names y, x as _ARRAY_DIMENSIONS; rows 0-5 written = 8 i + j,
+// rows 6-8 never), g (attrs) and g/b (uint8 [5] = 1..5).
+void v2_source(const fs::path& dir) {
+  Runtime rt;
+  auto store = std::make_shared<FilesystemStore>(rt.io_executor(), dir);
+  Group::create_blocking(rt, store, "", nlohmann::json{{"title", "t"}}, 2);
+  ArrayMetadata m;
+  m.zarr_format = 2;
+  m.chunk_key_encoding = {ChunkKeyEncoding::Kind::v2, '.'};
+  m.shape = {9, 8};
+  m.chunk_shape = {3, 4};
+  m.data_type = DataTypeKind::float64;
+  m.fill_value = parse_fill_value("NaN", m.data_type, "");
+  m.codecs = nlohmann::json::parse(R"([{"name": "bytes", "configuration": {"endian": "little"}},
+                                       {"name": "zstd", "configuration": {"level": 1}}])");
+  m.attributes = {{"_ARRAY_DIMENSIONS", {"y", "x"}}, {"units", "m"}};
+  const Array a = Array::create_blocking(rt, store, "a", m);
+  std::vector<double> rows(6 * 8);
+  for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<double>(i);
+  a.write_blocking(Region{{0, 0}, {6, 8}}, std::as_bytes(std::span(rows)));
+  Group::create_blocking(rt, store, "g", nlohmann::json{{"level", 1}}, 2);
+  ArrayMetadata bm = m;
+  bm.shape = {5};
+  bm.chunk_shape = {2};
+  bm.data_type = DataTypeKind::uint8;
+  bm.fill_value = {};
+  bm.attributes = nlohmann::json::object();
+  const Array b = Array::create_blocking(rt, store, "g/b", bm);
+  const std::vector<std::uint8_t> bv{1, 2, 3, 4, 5};
+  b.write_blocking(Region::all(b.shape()), std::as_bytes(std::span(bv)));
+  Group::open_blocking(rt, store, "").consolidate_blocking();
+}
+}  // namespace
+
+TEST_CASE("cli: reencode v2 -> v3 sharded -> v2 keeps values, attributes, fill, dimension names, missing chunks") {
+  REQUIRE_CLI();
+  TempDir dir;
+  v2_source(dir / "src");
+  const Result to_v3 = dir.run({"reencode", "src", "v3", "--zarr-format", "3", "--shard", "6,8", "--codec", "gzip:1"});
+  CHECK(to_v3.code == 0);
+  CHECK(to_v3.err == "note: --shard '6,8' has 2 dimensions; array 'g/b' has 1 and keeps its own\n");
+  ok(dir, {"reencode", "v3", "back", "--zarr-format", "2", "--shard", "none", "-q"});
+
+  const auto v3 = nlohmann::json::parse(slurp(dir / "v3" / "a" / "zarr.json"));
+  CHECK(v3["dimension_names"] == nlohmann::json::array({"y", "x"}));
+  CHECK(v3["attributes"] == nlohmann::json{{"units", "m"}});
+  CHECK(v3["fill_value"] == "NaN");
+  CHECK(v3["chunk_grid"]["configuration"]["chunk_shape"] == nlohmann::json::array({6, 8}));
+  CHECK(v3["codecs"][0]["name"] == "sharding_indexed");
+  CHECK(v3["codecs"][0]["configuration"]["chunk_shape"] == nlohmann::json::array({3, 4}));
+  CHECK(v3["codecs"][0]["configuration"]["codecs"][1]["name"] == "gzip");
+  CHECK(chunk_files(dir / "v3" / "a") == std::vector<std::string>{"c/0/0"});  // rows 6-8: no shard
+  CHECK(nlohmann::json::parse(slurp(dir / "v3" / "zarr.json")).contains("consolidated_metadata"));
+
+  // Back in v2: the same chunk files as the source (the missing ones missing), the same documents' content.
+  CHECK(chunk_files(dir / "back" / "a") == chunk_files(dir / "src" / "a"));
+  CHECK(chunk_files(dir / "back" / "a").size() == 4);
+  CHECK(nlohmann::json::parse(slurp(dir / "back" / "a" / ".zattrs")) ==
+        nlohmann::json::parse(slurp(dir / "src" / "a" / ".zattrs")));
+  CHECK(nlohmann::json::parse(slurp(dir / "back" / "a" / ".zarray"))["fill_value"] == "NaN");
+  CHECK(fs::exists(dir / "back" / ".zmetadata"));
+  Runtime rt;
+  auto src = std::make_shared<FilesystemStore>(rt.io_executor(), dir / "src");
+  for (const char* out : {"v3", "back"}) {
+    auto store = std::make_shared<FilesystemStore>(rt.io_executor(), dir / out);
+    const Group g = Group::open_blocking(rt, store, "");
+    CHECK(g.attributes() == nlohmann::json{{"title", "t"}});
+    CHECK(g.open_group_blocking("g").attributes() == nlohmann::json{{"level", 1}});
+    CHECK(g.open_array_blocking("g/b").read_blocking(Region::all({5})).data ==
+          Array::open_blocking(rt, src, "g/b").read_blocking(Region::all({5})).data);
+    CHECK(g.open_array_blocking("a").read_blocking(Region::all({9, 8})).data ==
+          Array::open_blocking(rt, src, "a").read_blocking(Region::all({9, 8})).data);  // NaN bits included
+  }
+
+  // zarr-python 2.13 opens the result through its .zmetadata.
+  if (std::system("/usr/bin/python3 -c 'import zarr' >/dev/null 2>&1") == 0) {
+    const std::string py =
+        "import zarr, numpy as np; g = zarr.open_consolidated(" + shell_quote((dir / "back").string()) +
+        "); a = g['a'][:]; print(int(np.isnan(a[6:]).all()), int((a[:6].ravel() == np.arange(48)).all()), "
+        "list(g['g/b'][:]), g['a'].attrs['_ARRAY_DIMENSIONS'])";
+    const int rc = std::system(("/usr/bin/python3 -c " + shell_quote(py) + " >" + shell_quote((dir / "py.out").string()) +
+                                " 2>&1")
+                                   .c_str());
+    INFO(slurp(dir / "py.out"));
+    CHECK(rc == 0);
+    CHECK(slurp(dir / "py.out") == "1 1 [1, 2, 3, 4, 5] ['y', 'x']\n");
+  } else if (std::getenv("CI")) {
+    FAIL("CI is set but /usr/bin/python3 cannot import zarr");
+  }
+}
+
+TEST_CASE("cli: reencode --dry-run prints the plan and writes nothing; --progress reports every block") {
+  REQUIRE_CLI();
+  TempDir dir;
+  v2_source(dir / "src");
+  const Result plan = dir.run({"reencode", "src", "out", "--zarr-format", "3", "--chunks", "9,8", "--dry-run"});
+  CHECK(plan.code == 0);
+  CHECK(plan.err == "note: --chunks '9,8' has 2 dimensions; array 'g/b' has 1 and keeps its own\n");
+  CHECK(plan.out ==
+        "/: group -> v3\n"
+        "g: group -> v3\n"
+        "a: array float64 (9, 8), v2 chunks (3, 4) bytes(little),zstd(1) -> v3 chunks (9, 8) bytes(little),zstd(1); "
+        "1 block of (9, 8)\n"
+        "g/b: array uint8 (5,), v2 chunks (2,) bytes,zstd(1) -> v3 chunks (2,) bytes,zstd(1); 1 block of (5,)\n");
+  CHECK_FALSE(fs::exists(dir / "out"));
+
+  const Result quiet = dir.run({"reencode", "src", "out"});  // stderr is no terminal: no progress by default
+  CHECK(quiet.code == 0);
+  CHECK(quiet.err.empty());
+  const Result shown = dir.run({"reencode", "src", "out2", "--progress"});
+  CHECK(shown.code == 0);
+  CHECK(shown.err.find("reencode: 2/2 blocks") != std::string::npos);
+}
+
+TEST_CASE("cli: reencode refuses what it cannot write, before writing") {
+  REQUIRE_CLI();
+  TempDir dir;
+  v2_source(dir / "src");
+  CHECK(dir.run({"reencode", "src", "v3", "--zarr-format", "3", "--shard", "6,8"}).code == 0);
+  fails(dir, {"reencode", "v3", "v2", "--zarr-format", "2"}, "Zarr v2 has no sharding; reencode it with --shard none");
+  fails(dir, {"reencode", "src", "x", "--zarr-format", "3", "--shard", "5,8"}, "is not a multiple of its chunk shape");
+  fails(dir, {"reencode", "src", "v3"}, "already exists and is not an empty directory");
+  fails(dir, {"reencode", "nothing", "y"}, "does not exist");
+  CHECK_FALSE(fs::exists(dir / "v2"));
+  CHECK_FALSE(fs::exists(dir / "x"));
 }

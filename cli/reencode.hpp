@@ -1,0 +1,37 @@
+// `zarrcoro reencode SRC DST`: copies an array, or a group with everything
+// below it, into a new layout: another Zarr format (v2 <-> v3), chunk shape,
+// sharding, codec chain or byte order. It streams block by block (a block
+// is whole destination chunks or shards, at most kBlockBytes), so memory
+// stays bounded whatever the array's size; keeps attributes, fill_value
+// and dimension names (v2: the xarray attribute `_ARRAY_DIMENSIONS`), and
+// stores no chunk that reads as fill_value only, so a chunk missing in the
+// source stays missing. A group with consolidated metadata gets it at DST too.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include "cli/progress.hpp"
+
+namespace zarrcoro::cli {
+
+// The largest block read and written at once; two are in flight (the next
+// is read while the last is written).
+inline constexpr std::uint64_t kBlockBytes = std::uint64_t{64} << 20;
+
+struct ReencodeOptions {
+  int zarr_format = 0;    // 0: the source's
+  std::string chunks;     // chunk (inner chunk) shape, "a,b"; empty: the source's
+  std::string shard;      // shard shape; empty: the source's sharding; "none": unsharded
+  std::string codec;      // a --codec spec (common.hpp) replacing the compressors; empty: the source's
+  std::string endian;     // "little" or "big"; empty: the source's
+  std::string separator;  // chunk key separator; empty: the format's default (v2 ".", v3 "/")
+  bool overwrite = false;
+  bool dry_run = false;   // print the plan; write nothing
+  ProgressMode progress = ProgressMode::automatic;
+};
+
+void cmd_reencode(const std::filesystem::path& src, const std::filesystem::path& dst, const ReencodeOptions& o);
+
+}  // namespace zarrcoro::cli
