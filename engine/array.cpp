@@ -32,6 +32,7 @@
 #include "engine/checked.hpp"
 #include "engine/engine_state.hpp"
 #include "engine/indexing.hpp"
+#include "engine/consolidated.hpp"
 #include "engine/node.hpp"
 
 namespace zarrcoro {
@@ -1074,8 +1075,9 @@ Array Array::from_metadata(Runtime& rt, std::shared_ptr<Store> store, std::strin
 asio::awaitable<Array> Array::create(Runtime& rt, std::shared_ptr<Store> store, std::string path,
                                      ArrayMetadata metadata, CreateMode mode) {
   auto st = make_state(rt, store, std::move(path), std::move(metadata));
+  auto copies = co_await detail::check_consolidated(*store, st->path);
   co_await detail::prepare_create(*store, st->path, mode);
-  co_await detail::store_array_metadata(*store, st->path, st->meta);
+  co_await detail::store_array_metadata(*store, st->path, st->meta, mode == CreateMode::overwrite, std::move(copies));
   co_return Array(std::move(st));
 }
 
@@ -1098,11 +1100,18 @@ asio::any_io_executor Array::get_executor() const { return state_->rt->io_execut
 asio::any_io_executor Array::executor_of(Runtime& rt) { return rt.io_executor(); }
 
 namespace {
+// A metadata document to compare: the v3 document, or v2 `.zarray` and `.zattrs`.
+nlohmann::json metadata_json(const ArrayMetadata& m, const std::string& key) {
+  if (m.zarr_format == 2) return nlohmann::json::array({m.to_v2_json(key), m.attributes});
+  return m.to_json();
+}
+
 // Shrinking: first the parts of the chunks across the new boundary that
 // fall outside it are written with fill_value (through the old shape), so
 // that growing again shows fill, not old data (B28), and the chunks wholly
-// outside are erased; then the metadata is replaced (one atomic set), and
-// nothing can fail after it.
+// outside are erased; then the metadata is replaced (one atomic set).
+// After it only the update of consolidated copies can fail (checked
+// beforehand), and its error says that the array was resized.
 asio::awaitable<std::shared_ptr<const Array::State>> resize_array(std::shared_ptr<const Array::State> st,
                                                                    std::vector<std::uint64_t> shape) {
   const auto& m = st->meta;
@@ -1114,6 +1123,14 @@ asio::awaitable<std::shared_ptr<const Array::State>> resize_array(std::shared_pt
   ArrayMetadata meta = m;
   meta.shape = shape;
   auto next = make_state(*st->rt, st->store, st->path, std::move(meta));  // validated like create
+  // This handle's metadata must be what is stored: resizing from an old
+  // copy (e.g. consolidated metadata) would write its stale attributes back
+  // and cut along a grid that is no longer the array's.
+  ArrayMetadata stored_meta = co_await detail::load_array_metadata(*st->store, st->path);
+  auto stored = make_state(*st->rt, st->store, st->path, std::move(stored_meta));
+  if (stored->meta.zarr_format != m.zarr_format || metadata_json(stored->meta, key) != metadata_json(m, key))
+    throw InvalidArgument(key, "", "the array's stored metadata changed since this handle was opened; open it again");
+  auto copies = co_await detail::check_consolidated(*st->store, st->path);
   const std::size_t es = m.data_type.size();
   // n rounded up to whole chunks, within the old shape.
   auto cut_end = [&](std::uint64_t n, std::size_t d) {
@@ -1132,7 +1149,7 @@ asio::awaitable<std::shared_ptr<const Array::State>> resize_array(std::shared_pt
     co_await run_op<WriteOp>(st, std::move(cut), ByteSpan(fill));
   }
   co_await erase_chunks_outside(st, std::move(shape));
-  co_await detail::store_array_metadata(*st->store, st->path, next->meta);
+  co_await detail::store_array_metadata(*st->store, st->path, next->meta, false, std::move(copies));
   co_return next;
 }
 

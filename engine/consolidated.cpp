@@ -2,7 +2,11 @@
 // `consolidated_metadata`; zarr-specs PR #309). See consolidated.hpp.
 #include "engine/consolidated.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <random>
+
+#include <boost/asio/steady_timer.hpp>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/deferred.hpp>
@@ -20,7 +24,7 @@ namespace {
 
 using json = nlohmann::json;
 constexpr const char* kZmetadata = ".zmetadata";
-constexpr int kAttempts = 8;  // conditional replacements of one copy before giving up
+constexpr int kAttempts = 32;  // conditional replacements of one copy before giving up
 
 json empty_inline() { return {{"kind", "inline"}, {"must_understand", false}, {"metadata", json::object()}}; }
 
@@ -67,9 +71,10 @@ Bytes strict_bytes(const json& doc, const std::string& key, bool v2) {
   try {
     return v2 ? v2_json_bytes(doc) : json_bytes(doc);
   } catch (const Error& e) {
-    throw_error(e.code(), key, e.field(),
-                e.detail() + " (attributes in consolidated metadata must be strict JSON: NaN and Infinity cannot be "
-                             "written)");
+    std::string field = e.field();  // dump_json names its root "attributes": the path inside the document
+    if (field.starts_with("attributes.")) field.erase(0, std::string("attributes.").size());
+    throw_error(e.code(), key, field,
+                e.detail() + " (consolidated metadata is strict JSON: NaN and Infinity cannot be written)");
   }
 }
 
@@ -89,20 +94,92 @@ json* copy_entries(json& doc, bool v2) {
   return cm.contains("metadata") && cm["metadata"].is_object() ? &cm["metadata"] : nullptr;
 }
 
+// True if the copy `metadata` describes a node at `rel`.
+bool has_entry(const json& metadata, bool v2, const std::string& rel) {
+  return v2 ? metadata.contains(rel + "/.zarray") || metadata.contains(rel + "/.zgroup") : metadata.contains(rel);
+}
+
 // Replaces `rel`'s entries in the consolidated copy `metadata` (a v3
-// group's or a `.zmetadata`'s) by those of `docs` (none if null), and drops
-// the entries below `rel`.
-void update_entries(json& metadata, bool v2, const std::string& rel, const NodeDocs* docs) {
+// group's or a `.zmetadata`'s) by those of `docs` (none if null); with
+// `drop_below`, also drops the entries below `rel` (their nodes were erased).
+void update_entries(json& metadata, bool v2, const std::string& rel, const NodeDocs* docs, bool drop_below) {
   json kept = json::object();
   for (auto& [name, value] : metadata.items()) {
     const bool own = v2 ? (name == rel + "/.zarray" || name == rel + "/.zgroup" || name == rel + "/.zattrs") : name == rel;
-    if (own || below(name, rel)) continue;
+    if (own || (drop_below && below(name, rel))) continue;
     const bool node_doc = !v2 || name.ends_with(".zarray");
     kept[name] = node_doc ? with_string_fill(std::move(value)) : std::move(value);
   }
   if (docs && v2) add_v2_entries(kept, rel, *docs);
   if (docs && !v2) kept[rel] = v3_entry(*docs);
   metadata = std::move(kept);
+}
+
+// A pause before the next conditional write of a contended copy: jittered,
+// doubling from 1 ms up to 100 ms.
+awaitable<void> backoff(int attempt) {
+  thread_local std::minstd_rand rng{std::random_device{}()};
+  const int ms = std::min(100, 1 << std::min(attempt, 7));
+  std::uniform_int_distribution<int> us(ms * 500, ms * 1500);
+  boost::asio::steady_timer timer(co_await boost::asio::this_coro::executor, std::chrono::microseconds(us(rng)));
+  co_await timer.async_wait(boost::asio::use_awaitable);
+}
+
+// Visits every consolidated copy held by an ancestor group of `path`.
+// With `docs`: writes each copy back with the node's entries replaced (see
+// update_entries), its parent groups between the copy's group and it added
+// where missing, retrying on a conflict. Without: only checks that each
+// copy parses and can be written back as strict JSON once the node's own
+// entries are replaced.
+// `keys`: with docs, the copies to update (the others are not read);
+// without, where the copies found are added.
+awaitable<void> visit_copies(Store& store, std::string path, const NodeDocs* docs, bool drop_below,
+                             std::vector<std::string>* keys) {
+  std::vector<std::pair<std::string, std::string>> ancestors;  // (ancestor, path relative to it)
+  if (!path.empty()) ancestors.emplace_back("", path);
+  for (auto s = path.find('/'); s != std::string::npos; s = path.find('/', s + 1))
+    ancestors.emplace_back(path.substr(0, s), path.substr(s + 1));
+  std::map<std::string, std::optional<NodeDocs>> parents;  // by path from the store root; read once
+  for (const auto& [ancestor, rel] : ancestors) {
+    for (const bool v2 : {false, true}) {
+      const std::string key = node_prefix(ancestor) + (v2 ? kZmetadata : "zarr.json");
+      if (docs && std::find(keys->begin(), keys->end(), key) == keys->end()) continue;
+      for (int attempt = 0;; ++attempt) {
+        ReadOptions ro;
+        ReadResult r = co_await store.read(key, std::move(ro));
+        if (!r.value) break;
+        json doc = parse_doc(*r.value, key);
+        json* entries = copy_entries(doc, v2);
+        if (!entries) break;
+        // A reader nests each entry under its parent group's entry
+        // (zarr-python 3 fails on a missing one): add the parents, or leave
+        // a v3 node below an implicit group out.
+        bool placed = docs != nullptr;
+        for (auto s = rel.find('/'); docs && s != std::string::npos; s = rel.find('/', s + 1)) {
+          const std::string parent = rel.substr(0, s);
+          if (has_entry(*entries, v2, parent)) continue;
+          const std::string from_root = node_prefix(ancestor) + parent;
+          if (!parents.contains(from_root)) parents[from_root] = co_await load_node_docs(store, from_root);
+          const auto& found = parents[from_root];
+          if (found && found->node_type == NodeType::group) update_entries(*entries, v2, parent, &*found, false);
+          else if (!v2) placed = false;
+        }
+        update_entries(*entries, v2, rel, placed ? docs : nullptr, drop_below);
+        Bytes bytes = strict_bytes(doc, key, v2);
+        if (!docs) {
+          keys->push_back(key);
+          break;
+        }
+        WriteOptions wo;
+        wo.if_equal = r.generation;
+        const auto written = co_await store.write(key, std::optional<Bytes>(std::move(bytes)), std::move(wo));
+        if (written) break;
+        if (attempt + 1 == kAttempts)
+          throw StoreError(key, "", "another writer kept replacing it (" + std::to_string(kAttempts) + " attempts)");
+        co_await backoff(attempt);
+      }
+    }
+  }
 }
 
 awaitable<std::optional<NodeDocs>> load_docs_of(std::shared_ptr<Store> store, std::string path) {
@@ -150,6 +227,7 @@ std::shared_ptr<const ConsolidatedView> parse_consolidated_v3(const json& group_
       d.zarr_format = 2;
       d.node_type = doc.contains("shape") ? NodeType::array : NodeType::group;
       d.attrs = doc.value("attributes", json::object());
+      if (!d.attrs.is_object()) throw InvalidMetadata(key, field + ".attributes", "expected an object");
       d.doc.erase("attributes");
     } else {
       throw InvalidMetadata(key, field + ".zarr_format", "expected 2 or 3");
@@ -173,6 +251,7 @@ std::shared_ptr<const ConsolidatedView> parse_consolidated_v2(const json& zmetad
   for (const auto& [name, doc] : zmetadata["metadata"].items()) {
     const std::string field = "metadata[\"" + name + "\"]";
     const auto slash = name.rfind('/');
+    if (slash == 0) throw InvalidMetadata(key, field, "a key must not start with '/'");
     const std::string rel = slash == std::string::npos ? "" : name.substr(0, slash);
     const std::string leaf = slash == std::string::npos ? name : name.substr(slash + 1);
     if (leaf != ".zarray" && leaf != ".zgroup" && leaf != ".zattrs") continue;  // not a node document
@@ -193,6 +272,8 @@ std::shared_ptr<const ConsolidatedView> parse_consolidated_v2(const json& zmetad
     if (rel.empty()) own.attrs = std::move(a);
     else if (auto it = view->nodes.find(rel); it != view->nodes.end()) it->second.attrs = std::move(a);
   }
+  if (!own.doc.is_null() && own.node_type != NodeType::group)
+    throw InvalidMetadata(key, "metadata[\".zarray\"]", "the group's own consolidated metadata describes an array");
   return view;
 }
 
@@ -221,8 +302,22 @@ awaitable<std::optional<NodeDocs>> load_node_docs(Store& store, std::string path
   co_return std::nullopt;
 }
 
-awaitable<void> consolidate(std::shared_ptr<Store> store, std::string path, int zarr_format,
-                            std::vector<std::string> members) {
+awaitable<ConsolidationBase> consolidation_base(Store& store, std::string path, int zarr_format) {
+  ConsolidationBase base;
+  base.key = node_prefix(path) + (zarr_format == 2 ? kZmetadata : "zarr.json");
+  ReadOptions ro;
+  ReadResult r = co_await store.read(base.key, std::move(ro));
+  base.generation = r.generation;
+  if (zarr_format == 2) co_return base;
+  if (!r.value) throw NotFound(base.key, "", "no group metadata at '" + base.key + "'");
+  base.doc = parse_doc(*r.value, base.key);
+  if (!base.doc.is_object() || base.doc.value("zarr_format", json()) != 3 || base.doc.value("node_type", json()) != "group")
+    throw InvalidMetadata(base.key, "", "expected a Zarr v3 group document");
+  co_return base;
+}
+
+awaitable<bool> consolidate(std::shared_ptr<Store> store, std::string path, int zarr_format,
+                            std::vector<std::string> members, ConsolidationBase base) {
   namespace asio = boost::asio;
   const std::string prefix = node_prefix(path);
   const auto ex = co_await asio::this_coro::executor;
@@ -247,59 +342,52 @@ awaitable<void> consolidate(std::shared_ptr<Store> store, std::string path, int 
       else metadata[rel] = v3_entry(*docs[k]);
     }
   }
+  json doc;
   if (zarr_format == 2) {
-    const std::string key = prefix + kZmetadata;
-    json doc = {{"zarr_consolidated_format", 1}};
+    doc = {{"zarr_consolidated_format", 1}};
     doc["metadata"] = std::move(metadata);
-    Bytes bytes = strict_bytes(doc, key, true);
-    co_await store->set(key, std::move(bytes));
-    co_return;
+  } else {
+    doc = std::move(base.doc);
+    json cm = empty_inline();
+    cm["metadata"] = std::move(metadata);
+    doc["consolidated_metadata"] = std::move(cm);
   }
-  const std::string key = prefix + "zarr.json";
-  auto raw = co_await store->get(key);
-  if (!raw) throw NotFound(key, "", "no group metadata at '" + key + "'");
-  json doc = parse_doc(*raw, key);
-  json cm = empty_inline();
-  cm["metadata"] = std::move(metadata);
-  doc["consolidated_metadata"] = std::move(cm);
-  Bytes bytes = strict_bytes(doc, key, false);
-  co_await store->set(key, std::move(bytes));
+  Bytes bytes = strict_bytes(doc, base.key, zarr_format == 2);
+  WriteOptions wo;
+  wo.if_equal = base.generation;
+  const auto written = co_await store->write(base.key, std::optional<Bytes>(std::move(bytes)), std::move(wo));
+  co_return written.has_value();
 }
 
-awaitable<void> update_consolidated(Store& store, std::string path) {
-  std::vector<std::pair<std::string, std::string>> ancestors;  // (ancestor, path relative to it)
-  if (!path.empty()) ancestors.emplace_back("", path);
-  for (auto s = path.find('/'); s != std::string::npos; s = path.find('/', s + 1))
-    ancestors.emplace_back(path.substr(0, s), path.substr(s + 1));
-  std::optional<NodeDocs> docs;
-  bool loaded = false;  // the node's documents are read once, and only if some copy needs them
-  for (const auto& [ancestor, rel] : ancestors) {
-    for (const bool v2 : {false, true}) {
-      const std::string key = node_prefix(ancestor) + (v2 ? kZmetadata : "zarr.json");
-      for (int attempt = 0;; ++attempt) {
-        if (attempt == kAttempts)
-          throw StoreError(key, "consolidated_metadata",
-                           "the consolidated metadata kept changing while '" + rel + "' was being updated in it (" +
-                               std::to_string(kAttempts) + " attempts)");
-        ReadOptions ro;
-        ReadResult r = co_await store.read(key, std::move(ro));
-        if (!r.value) break;
-        json doc = parse_doc(*r.value, key);
-        json* entries = copy_entries(doc, v2);
-        if (!entries) break;
-        if (!loaded) {
-          docs = co_await load_node_docs(store, path);
-          loaded = true;
-        }
-        update_entries(*entries, v2, rel, docs ? &*docs : nullptr);
-        Bytes bytes = strict_bytes(doc, key, v2);
-        WriteOptions wo;
-        wo.if_equal = r.generation;
-        const auto written = co_await store.write(key, std::optional<Bytes>(std::move(bytes)), std::move(wo));
-        if (written) break;
-      }
-    }
+awaitable<std::vector<std::string>> check_consolidated(Store& store, std::string path) {
+  std::vector<std::string> keys;
+  co_await visit_copies(store, std::move(path), nullptr, false, &keys);
+  co_return keys;
+}
+
+awaitable<void> update_consolidated(Store& store, std::string path, NodeDocs docs, bool drop_below,
+                                    std::vector<std::string> copies) {
+  if (copies.empty()) co_return;
+  std::string failed_key, failed_field, detail;
+  Errc code{};
+  try {
+    co_await visit_copies(store, path, &docs, drop_below, &copies);
+    co_return;
+  } catch (const Error& e) {
+    code = e.code();
+    failed_key = e.key();
+    failed_field = e.field();
+    detail = e.detail();
   }
+  throw_error(code, failed_key, failed_field,
+              "'" + path + "' was written, but its entry in this consolidated metadata was not (" + detail +
+                  "); Group::consolidate writes the copy anew");
+}
+
+NodeDocs array_docs(const ArrayMetadata& m, const std::string& key) {
+  if (m.zarr_format == 2)
+    return {2, NodeType::array, m.to_v2_json(key), m.attributes.empty() ? json() : m.attributes};
+  return {3, NodeType::array, m.to_json(), json()};
 }
 
 }  // namespace zarrcoro::detail

@@ -58,23 +58,49 @@ std::shared_ptr<const ConsolidatedView> parse_consolidated_v2(const nlohmann::js
 // names no node type.
 awaitable<std::optional<NodeDocs>> load_node_docs(Store& store, std::string path);
 
+// What consolidate() replaces: the document holding the copy (v3: the
+// group's zarr.json, which must be a v3 group; v2: `.zmetadata`, maybe
+// absent) and its generation, read before the listing it is built from.
+struct ConsolidationBase {
+  std::string key;
+  Generation generation;
+  nlohmann::json doc;  // v3: the group document
+};
+awaitable<ConsolidationBase> consolidation_base(Store& store, std::string path, int zarr_format);
+
 // Writes the consolidated metadata of the group at `path` in its own format
 // (`zarr_format`), holding the nodes at `members` (paths relative to it, as
-// a recursive listing found them; ones gone since are left out). Replaces an
-// older copy. Raises InvalidMetadata naming a document that cannot be read,
-// InvalidArgument naming the document to write when attributes hold NaN or
-// Infinity (strict JSON cannot hold them), NotFound if the v3 group
-// document is gone, StoreError.
-awaitable<void> consolidate(std::shared_ptr<Store> store, std::string path, int zarr_format,
-                            std::vector<std::string> members);
+// a listing found them after `base` was read; ones gone since are left
+// out), with a write conditional on base's generation. Returns false when
+// another writer replaced the document since (nothing written). Raises
+// InvalidMetadata naming a document that cannot be read, InvalidArgument
+// naming the document to write when attributes hold NaN or Infinity
+// (strict JSON cannot hold them), StoreError.
+awaitable<bool> consolidate(std::shared_ptr<Store> store, std::string path, int zarr_format,
+                            std::vector<std::string> members, ConsolidationBase base);
 
-// Brings every consolidated copy held by an ancestor group of `path` (the
-// root included) up to date with the node now stored at `path`: its entry is
-// replaced, entries below it are dropped (a new node has no members yet).
-// Each copy is replaced with a write conditional on the generation read,
-// retried when another writer got there first. A store without
-// consolidated metadata costs one read per ancestor and format.
-awaitable<void> update_consolidated(Store& store, std::string path);
+// Before a node at `path` is written: the keys of the consolidated copies
+// held by its ancestor groups (one read per ancestor and format). Raises
+// (naming the copy's key) if one could not be updated for the node: a
+// document that is not JSON, or other entries that cannot be written as
+// strict JSON; so that a write is refused before it starts, not split.
+awaitable<std::vector<std::string>> check_consolidated(Store& store, std::string path);
+
+// After the node at `path` (whose documents are `docs`) was written: brings
+// the consolidated copies `copies` (check_consolidated's result; nothing
+// to do when empty) up to date. Its entries are replaced; with `drop_below` (the node replaced
+// what was under it) the entries below it are dropped. Parent groups
+// between the copy's group and the node that the copy lacks are added; a
+// v3 node below an implicit group is left out (readers nest each entry
+// under its parent's). Each copy is replaced with a write conditional on
+// the generation read, retried with a jittered backoff up to 32 times.
+// Raises the error that stopped it, naming the copy's key and
+// saying that the node was written but the copy was not.
+awaitable<void> update_consolidated(Store& store, std::string path, NodeDocs docs, bool drop_below,
+                                    std::vector<std::string> copies);
+
+// The documents create and resize write for array metadata `m`.
+NodeDocs array_docs(const ArrayMetadata& m, const std::string& key);
 
 // A metadata document with non-finite fill values as the strings "NaN",
 // "Infinity", "-Infinity" (Zarr v2 and v3 spec; case B02).

@@ -196,7 +196,7 @@ awaitable<Group> Group::open(Runtime& rt, std::shared_ptr<Store> store, std::str
     if (consolidated != Consolidated::ignore) view = detail::parse_consolidated_v3(j, key);
     if (consolidated == Consolidated::require && !view)
       throw NotFound(key, "consolidated_metadata", "group '" + path + "' holds no consolidated metadata");
-    co_return Group(rt, std::move(store), std::move(path), std::move(attrs), 3, std::move(view));
+    co_return Group(rt, std::move(store), std::move(path), std::move(attrs), 3, std::move(view), consolidated);
   }
   const std::string prefix = detail::node_prefix(path);
   std::shared_ptr<const detail::ConsolidatedView> view;
@@ -220,7 +220,7 @@ awaitable<Group> Group::open(Runtime& rt, std::shared_ptr<Store> store, std::str
   if (!j.contains("zarr_format") || j["zarr_format"] != 2) throw InvalidMetadata(v2_key, "zarr_format", "expected 2");
   if (attrs.is_null()) attrs = nlohmann::json::object();
   if (!attrs.is_object()) throw InvalidMetadata(prefix + ".zattrs", "", "expected a JSON object of attributes");
-  co_return Group(rt, std::move(store), std::move(path), std::move(attrs), 2, std::move(view));
+  co_return Group(rt, std::move(store), std::move(path), std::move(attrs), 2, std::move(view), consolidated);
 }
 
 awaitable<Group> Group::create(Runtime& rt, std::shared_ptr<Store> store, std::string path,
@@ -238,14 +238,18 @@ awaitable<Group> Group::create(Runtime& rt, std::shared_ptr<Store> store, std::s
     doc["attributes"] = attributes;
   }
   Bytes bytes = zarr_format == 2 ? detail::v2_json_bytes(doc) : detail::json_bytes(doc);
+  auto copies = co_await detail::check_consolidated(*store, path);
   co_await detail::prepare_create(*store, path, mode);
   if (zarr_format == 2) {
     co_await detail::create_v2_parents(*store, path);
     co_await detail::store_zattrs(*store, path, attributes);
   }
   co_await store->set(key, std::move(bytes));
-  co_await detail::update_consolidated(*store, path);
-  co_return Group(rt, std::move(store), std::move(path), std::move(attributes), zarr_format, nullptr);
+  detail::NodeDocs docs{zarr_format, NodeType::group, doc,
+                        zarr_format == 2 && !attributes.empty() ? attributes : nlohmann::json()};
+  co_await detail::update_consolidated(*store, path, std::move(docs), mode == CreateMode::overwrite, std::move(copies));
+  co_return Group(rt, std::move(store), std::move(path), std::move(attributes), zarr_format, nullptr,
+                  Consolidated::use_if_present);
 }
 
 boost::asio::any_io_executor Group::executor_of(Runtime& rt) { return rt.io_executor(); }
@@ -289,24 +293,26 @@ awaitable<Array> Group::open_array_in(Runtime* rt, std::shared_ptr<Store> store,
   if (!docs) co_return co_await Array::open(*rt, std::move(store), std::move(path));
   const std::string key = detail::array_metadata_key(path, docs->zarr_format);
   if (docs->node_type != NodeType::array)
-    throw InvalidArgument(key, "", "'" + path + "' is a group, not an array (" + view->key + ")");
+    throw NotFound(key, "", "'" + path + "' is a group, not an array (" + view->key + ")");
   ArrayMetadata meta = docs->zarr_format == 3 ? ArrayMetadata::from_json(docs->doc, key)
                                               : ArrayMetadata::from_v2_json(docs->doc, docs->attrs, key);
   co_return Array::from_metadata(*rt, std::move(store), std::move(path), std::move(meta));
 }
 
 awaitable<Group> Group::open_group_in(Runtime* rt, std::shared_ptr<Store> store, std::string group,
-                                      std::shared_ptr<const detail::ConsolidatedView> view, std::string name) {
+                                      std::shared_ptr<const detail::ConsolidatedView> view, std::string name,
+                                      Consolidated mode) {
   std::string path = member_path(group, name);
   const detail::NodeDocs* docs = find_member(view, name);
-  if (!docs) co_return co_await open(*rt, std::move(store), std::move(path));
+  if (!docs) co_return co_await open(*rt, std::move(store), std::move(path), mode);
+  const std::string key = docs->zarr_format == 3 ? group_key(path) : detail::node_prefix(path) + ".zgroup";
   if (docs->node_type != NodeType::group)
-    throw InvalidArgument(detail::array_metadata_key(path, docs->zarr_format), "",
-                          "'" + path + "' is an array, not a group (" + view->key + ")");
+    throw NotFound(key, "", "'" + path + "' is an array, not a group (" + view->key + ")");
   nlohmann::json attrs;
-  if (docs->zarr_format == 3) attrs = parse_group(docs->doc, group_key(path));
+  if (docs->zarr_format == 3) attrs = parse_group(docs->doc, key);
   else attrs = docs->attrs.is_null() ? nlohmann::json::object() : docs->attrs;
-  co_return Group(*rt, std::move(store), std::move(path), std::move(attrs), docs->zarr_format, view->below(name));
+  co_return Group(*rt, std::move(store), std::move(path), std::move(attrs), docs->zarr_format, view->below(name),
+                  mode);
 }
 
 awaitable<Array> Group::open_array(std::string name) const {
@@ -314,19 +320,32 @@ awaitable<Array> Group::open_array(std::string name) const {
 }
 
 awaitable<Group> Group::open_group(std::string name) const {
-  return open_group_in(rt_, store_, path_, consolidated_, std::move(name));
+  return open_group_in(rt_, store_, path_, consolidated_, std::move(name), mode_);
 }
 
 awaitable<Group> Group::consolidate() const { return consolidate_group(*rt_, store_, path_, zarr_format_); }
 
 
 awaitable<Group> Group::consolidate_group(Runtime& rt, std::shared_ptr<Store> store, std::string path, int zarr_format) {
-  const auto found = co_await list_members(store, path, zarr_format, true, nullptr);
-  std::vector<std::string> members;
-  for (const auto& m : found)
-    if (!m.implicit) members.push_back(m.name);
-  co_await detail::consolidate(store, path, zarr_format, std::move(members));
-  co_return co_await open(rt, std::move(store), std::move(path), Consolidated::require);
+  constexpr int kAttempts = 8;  // listings made anew while other writers replace the document
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    auto base = co_await detail::consolidation_base(*store, path, zarr_format);
+    const auto found = co_await list_members(store, path, zarr_format, true, nullptr);
+    // Implicit groups have no document to hold. v3 readers nest each entry
+    // under its parent's, so a v3 copy leaves out what lies below one.
+    std::vector<std::string> members, implicit;
+    for (const auto& m : found) {
+      const bool under_implicit = std::any_of(implicit.begin(), implicit.end(),
+                                              [&](const std::string& g) { return m.name.starts_with(g + "/"); });
+      if (m.implicit) implicit.push_back(m.name);
+      else if (zarr_format == 2 || !under_implicit) members.push_back(m.name);
+    }
+    const bool written = co_await detail::consolidate(store, path, zarr_format, std::move(members), std::move(base));
+    if (written) co_return co_await open(rt, std::move(store), std::move(path), Consolidated::require);
+  }
+  throw StoreError(detail::node_prefix(path) + (zarr_format == 2 ? ".zmetadata" : "zarr.json"), "",
+                   "another writer kept replacing it while its consolidated metadata was built (" +
+                       std::to_string(kAttempts) + " attempts)");
 }
 
 Array Group::open_array_blocking(std::string name) const { return detail::wait(*rt_, open_array(std::move(name))); }

@@ -102,7 +102,8 @@ awaitable<ArrayMetadata> load_array_metadata(Store& store, std::string path) {
   co_return ArrayMetadata::from_v2_json(zarray, zattrs, v2_key);
 }
 
-awaitable<void> store_array_metadata(Store& store, std::string path, ArrayMetadata metadata) {
+awaitable<void> store_array_metadata(Store& store, std::string path, ArrayMetadata metadata, bool replaced,
+                                     std::vector<std::string> copies) {
   if (metadata.zarr_format == 2) {
     const std::string key = array_metadata_key(path, 2);
     Bytes zarray = v2_json_bytes(metadata.to_v2_json(key));
@@ -117,7 +118,8 @@ awaitable<void> store_array_metadata(Store& store, std::string path, ArrayMetada
   } else {
     co_await store.set(array_metadata_key(path, 3), json_bytes(metadata.to_json()));
   }
-  co_await update_consolidated(store, path);
+  NodeDocs docs = array_docs(metadata, array_metadata_key(path, metadata.zarr_format));
+  co_await update_consolidated(store, path, std::move(docs), replaced, std::move(copies));
 }
 
 nlohmann::json pipeline_codecs(const ArrayMetadata& metadata) {

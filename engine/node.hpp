@@ -23,8 +23,11 @@ awaitable<ArrayMetadata> load_array_metadata(Store& store, std::string path);
 // `.zarray`, `.zattrs` (erased when there are no attributes), and a
 // `.zgroup` at every ancestor that holds no node yet (v2 spec, "Groups").
 // Then brings the consolidated copies of ancestor groups up to date
-// (update_consolidated).
-awaitable<void> store_array_metadata(Store& store, std::string path, ArrayMetadata metadata);
+// `copies` (update_consolidated; `replaced`: the node replaced what was
+// under its path), which callers find with check_consolidated before they
+// change anything.
+awaitable<void> store_array_metadata(Store& store, std::string path, ArrayMetadata metadata, bool replaced,
+                                     std::vector<std::string> copies);
 
 // The metadata document names that make a node, in the order they are
 // looked for: v3 `zarr.json`, v2 `.zarray`, v2 `.zgroup`.

@@ -99,6 +99,31 @@ std::string error_of(F&& f) {
   return "<none>";
 }
 
+// A memory store whose next `conflicts` conditional writes fail as if
+// another writer had replaced the value first.
+struct ContendedStore : MemoryStore {
+  int conflicts = 0;
+  awaitable<std::optional<Generation>> write(std::string key, std::optional<Bytes> value,
+                                             WriteOptions options) override {
+    if (!options.if_equal.unknown() && conflicts > 0) {
+      --conflicts;
+      co_return std::nullopt;
+    }
+    co_return co_await MemoryStore::write(std::move(key), std::move(value), std::move(options));
+  }
+};
+
+// Every entry of a v3 copy has its parent group's entry (zarr-python 3
+// nests each entry under its parent's and fails on a missing one).
+void check_parents(const json& metadata) {
+  for (const auto& [path, doc] : metadata.items()) {
+    const auto slash = path.rfind('/');
+    if (slash == std::string::npos) continue;
+    INFO(path);
+    REQUIRE(metadata.contains(path.substr(0, slash)));
+    CHECK(metadata[path.substr(0, slash)]["node_type"] == "group");
+  }
+}
 }  // namespace
 
 TEST_CASE("consolidate (v3) writes every node's zarr.json inline in the group's, flat; a group entry has an empty copy") {
@@ -116,6 +141,7 @@ TEST_CASE("consolidate (v3) writes every node's zarr.json inline in the group's,
   const json expected = {{"a", f.doc("a/zarr.json")}, {"g", g}, {"g/b", f.doc("g/b/zarr.json")}};
   CHECK(cm["metadata"] == expected);
   CHECK(cm["metadata"]["g/b"]["fill_value"] == "NaN");  // B02: a string, never a bare token
+  check_parents(cm["metadata"]);
 }
 
 TEST_CASE("consolidate (v2) writes .zmetadata as zarr-python does: every .zgroup, .zarray and .zattrs by key") {
@@ -199,7 +225,12 @@ TEST_CASE("Consolidated::ignore reads each node's documents; Consolidated::requi
   CHECK_FALSE(plain.has_consolidated_metadata());
   CHECK(show(plain.members_blocking()) == "a array v3; g group v3; late group v3; ");
   // A member missing from the copy is still opened from its own documents.
-  CHECK(Group::open_blocking(f.rt, f.store, "").open_group_blocking("late").path() == "late");
+  f.set("late/zarr.json", R"({"zarr_format": 3, "node_type": "group", "attributes": {"n": 2}})");
+  CHECK(Group::open_blocking(f.rt, f.store, "").open_group_blocking("late").attributes() == json{{"n", 2}});
+  // Consolidated::ignore holds for the groups opened below too: g's own copy is not used either.
+  Group::open_blocking(f.rt, f.store, "g").consolidate_blocking();
+  CHECK(Group::open_blocking(f.rt, f.store, "g").has_consolidated_metadata());
+  CHECK_FALSE(plain.open_group_blocking("g").has_consolidated_metadata());
 
   Fixture v2;
   v2.build(2);
@@ -236,6 +267,97 @@ TEST_CASE("B30: resize and create update the consolidated copy in the same opera
         "a array" + v + "g array" + v + "n group" + v);
 }
 
+
+TEST_CASE("an update of a contended copy retries its conditional write; one that never lands says the node was written") {
+  Fixture f;
+  auto store = std::make_shared<ContendedStore>();
+  f.store = store;
+  Group::create_blocking(f.rt, f.store, "");
+  Group::open_blocking(f.rt, f.store, "").consolidate_blocking();
+  store->conflicts = 5;
+  Array::create_blocking(f.rt, f.store, "c", meta(DataTypeKind::uint8, {2}));
+  CHECK(store->conflicts == 0);
+  CHECK(show(Group::open_blocking(f.rt, f.store, "").members_blocking()) == "c array v3; ");
+  store->conflicts = 1000;
+  try {
+    Array::create_blocking(f.rt, f.store, "d", meta(DataTypeKind::uint8, {2}));
+    FAIL("an update that never landed succeeded");
+  } catch (const StoreError& e) {
+    CHECK(e.key() == "zarr.json");
+    CHECK(std::string(e.what()).find("'d' was written, but its entry in this consolidated metadata was not") !=
+          std::string::npos);
+  }
+  CHECK(store->conflicts == 1000 - 32);
+  CHECK(f.run(f.store->exists("d/zarr.json")));  // as the error says
+}
+
+TEST_CASE("a copy that cannot take the change refuses append and create before anything is written") {
+  Fixture f;
+  Group::create_blocking(f.rt, f.store, "", json::object(), 2);
+  const Array a = Array::create_blocking(f.rt, f.store, "a", meta(DataTypeKind::uint8, {4}, 2));
+  Group::open_blocking(f.rt, f.store, "").consolidate_blocking();
+  // Another tool (zarr-python writes attributes with allow_nan) put a bare NaN into the copy.
+  f.set(".zattrs", R"({"x": NaN})");
+  f.set(".zmetadata", R"({"zarr_consolidated_format": 1, "metadata": {".zgroup": {"zarr_format": 2},
+      ".zattrs": {"x": NaN}, "a/.zarray": )" + f.text("a/.zarray") + "}}");
+  const std::vector<std::uint8_t> more{1, 2};
+  CHECK(error_of<InvalidArgument>([&] { a.append_blocking(std::as_bytes(std::span(more)), {2}, 0); }) ==
+        ".zmetadata | metadata..zattrs.x");
+  CHECK(Array::open_blocking(f.rt, f.store, "a").shape() == std::vector<std::uint64_t>{4});
+  CHECK(f.run(f.store->list("a/")) == std::vector<std::string>{"a/.zarray"});  // no chunk written
+  CHECK(error_of<InvalidArgument>([&] { Array::create_blocking(f.rt, f.store, "b", meta(DataTypeKind::uint8, {4}, 2)); }) ==
+        ".zmetadata | metadata..zattrs.x");
+  CHECK_FALSE(f.run(f.store->exists("b/.zarray")));
+}
+
+TEST_CASE("resize refuses a handle whose metadata is no longer the stored one (e.g. an old consolidated copy)") {
+  Fixture f;
+  Group::create_blocking(f.rt, f.store, "");
+  Array::create_blocking(f.rt, f.store, "a", meta(DataTypeKind::uint8, {4}));
+  Group::open_blocking(f.rt, f.store, "").consolidate_blocking();
+  const Array old = Group::open_blocking(f.rt, f.store, "").open_array_blocking("a");
+  Array::open_blocking(f.rt, f.store, "a").resize_blocking({8});
+  CHECK(error_of<InvalidArgument>([&] { old.resize_blocking({2}); }) == "a/zarr.json | ");
+  CHECK(Array::open_blocking(f.rt, f.store, "a").shape() == std::vector<std::uint64_t>{8});
+}
+
+TEST_CASE("creating a group where an implicit group holds nodes keeps their entries in the copy") {
+  Fixture f;
+  Group::create_blocking(f.rt, f.store, "", json::object(), 2);
+  Array::create_blocking(f.rt, f.store, "x/y", meta(DataTypeKind::uint8, {2}, 2));
+  f.run(f.store->erase("x/.zgroup"));  // x: implicit, as some v2 writers leave it
+  Group::open_blocking(f.rt, f.store, "").consolidate_blocking();
+  CHECK(show(Group::open_blocking(f.rt, f.store, "").members_blocking(true)) == "x group v2 implicit; x/y array v2; ");
+  Group::create_blocking(f.rt, f.store, "x", json::object(), 2);
+  CHECK(show(Group::open_blocking(f.rt, f.store, "").members_blocking(true)) == "x group v2; x/y array v2; ");
+}
+
+TEST_CASE("creating below a consolidated group adds the parent groups the copy lacks; v3 leaves out what an implicit group holds") {
+  Fixture v2;
+  Group::create_blocking(v2.rt, v2.store, "", json::object(), 2);
+  Group::open_blocking(v2.rt, v2.store, "").consolidate_blocking();
+  Array::create_blocking(v2.rt, v2.store, "new/x", meta(DataTypeKind::uint8, {2}, 2));  // writes new/.zgroup too
+  const json updated = v2.doc(".zmetadata");
+  CHECK(updated["metadata"].contains("new/.zgroup"));
+  Group::open_blocking(v2.rt, v2.store, "").consolidate_blocking();
+  CHECK(v2.doc(".zmetadata") == updated);
+
+  Fixture v3;
+  Group::create_blocking(v3.rt, v3.store, "");
+  Group::open_blocking(v3.rt, v3.store, "").consolidate_blocking();
+  v3.set("p/zarr.json", R"({"zarr_format": 3, "node_type": "group", "attributes": {"by": "another tool"}})");
+  Array::create_blocking(v3.rt, v3.store, "p/x", meta(DataTypeKind::uint8, {2}));
+  Array::create_blocking(v3.rt, v3.store, "q/x", meta(DataTypeKind::uint8, {2}));  // q: implicit
+  const json metadata = v3.doc("zarr.json")["consolidated_metadata"]["metadata"];
+  check_parents(metadata);
+  CHECK(metadata["p"]["attributes"] == json{{"by", "another tool"}});
+  CHECK(metadata.contains("p/x"));
+  CHECK_FALSE(metadata.contains("q/x"));
+  const json updated3 = v3.doc("zarr.json");
+  Group::open_blocking(v3.rt, v3.store, "").consolidate_blocking();  // the same: q/x left out there too
+  CHECK(v3.doc("zarr.json") == updated3);
+}
+
 TEST_CASE("a deeper group's copy is updated too, relative to that group") {
   Fixture f;
   Group::create_blocking(f.rt, f.store, "");
@@ -253,7 +375,7 @@ TEST_CASE("consolidate refuses NaN in attributes, naming the document it would w
   Group::create_blocking(f.rt, f.store, "");
   f.set("g/zarr.json", R"({"zarr_format": 3, "node_type": "group", "attributes": {"x": NaN}})");
   CHECK(error_of<InvalidArgument>([&] { Group::open_blocking(f.rt, f.store, "").consolidate_blocking(); }) ==
-        "zarr.json | attributes.consolidated_metadata.metadata.g.attributes.x");
+        "zarr.json | consolidated_metadata.metadata.g.attributes.x");
   CHECK_FALSE(f.doc("zarr.json").contains("consolidated_metadata"));  // nothing written
 }
 
@@ -292,7 +414,12 @@ TEST_CASE("malformed consolidated metadata raises InvalidMetadata naming the key
   zmetadata(R"({"zarr_consolidated_format": 1, "metadata": {"a/.zarray": {"zarr_format": 2}}})");
   const Group g = Group::open_blocking(v2.rt, v2.store, "");
   CHECK(error_of<InvalidMetadata>([&] { g.open_array_blocking("a"); }).starts_with("a/.zarray | "));
-  CHECK(error_of<InvalidArgument>([&] { g.open_group_blocking("a"); }) == "a/.zarray | ");
+  CHECK(error_of<NotFound>([&] { g.open_group_blocking("a"); }) == "a/.zgroup | ");
+  CHECK(zmetadata(R"({"zarr_consolidated_format": 1, "metadata": {".zarray": {"zarr_format": 2}}})") ==
+        R"(.zmetadata | metadata[".zarray"])");  // the group itself described as an array
+  CHECK(zmetadata(R"({"zarr_consolidated_format": 1, "metadata": {"/.zarray": {}}})") == R"(.zmetadata | metadata["/.zarray"])");
+  CHECK(group_with(R"({"kind": "inline", "metadata": {"a": {"zarr_format": 2, "attributes": 5}}})") ==
+        R"(zarr.json | consolidated_metadata.metadata["a"].attributes)");
 }
 
 // ---- zarr-python 2.13 ------------------------------------------------------

@@ -756,9 +756,9 @@ TEST_CASE("Group::members and create with overwrite on S3, with more keys than o
   const auto before = s3->stats().requests;
   const Array a = Array::create_blocking(rt, s3, "a", i32, CreateMode::overwrite);
   // 2 listing pages of a/ (5 keys), 2 DeleteObjects (the metadata first,
-  // then the 4 chunks), 1 PutObject: not one DeleteObject per key; then 2
-  // GETs looking for a consolidated copy to update (the root's zarr.json,
-  // its .zmetadata).
+  // then the 4 chunks), 1 PutObject: not one DeleteObject per key; and
+  // first 2 GETs looking for a consolidated copy to update (the root's
+  // zarr.json, its .zmetadata).
   CHECK(s3->stats().requests - before == 7);
   CHECK(run_on(rt, s3->list("a/")) == Strings{"a/zarr.json"});
   std::vector<std::int32_t> back(8, -1);

@@ -2,8 +2,9 @@
 // root `zarr.json` (a group with "consolidated_metadata") and as a v2
 // `.zmetadata`. Each root is opened with Group::open, listed recursively,
 // and every member is opened from the copy (arrays and groups); then an
-// array is created below it, which updates the copy in place. Only typed
-// zarrcoro errors may come out.
+// array is created below it, which updates the copy in place; then the
+// copy is written anew with Group::consolidate. Only typed zarrcoro errors
+// may come out.
 #include <zarrcoro/array.hpp>
 #include <zarrcoro/store/memory.hpp>
 
@@ -32,6 +33,10 @@ void walk(Runtime& rt, const std::shared_ptr<Store>& store, const char* root_pat
     const std::string path = std::string(root_path) + (*root_path ? "/" : "") + "new/x";
     Array::create_blocking(rt, store, path, m, CreateMode::overwrite);
     (void)Group::open_blocking(rt, store, root_path).members_blocking(true).size();
+  });
+  fuzz::typed([&] {
+    const Group g = Group::open_blocking(rt, store, root_path, Consolidated::ignore).consolidate_blocking();
+    (void)g.members_blocking(true).size();
   });
 }
 }  // namespace

@@ -216,9 +216,11 @@ class Array {
   // while others write to the array through the old shape is not
   // supported: chunks they write outside the new shape may remain (unseen
   // until it grows again).
-  // Raises InvalidArgument(field "shape") for another rank,
-  // InvalidMetadata / UnsupportedError as create for a shape it refuses,
-  // StoreError.
+  // Consolidated copies are updated (see Group). Raises
+  // InvalidArgument(field "shape") for another rank, InvalidArgument
+  // (field "") when the stored metadata is no longer this handle's (open
+  // the array again), InvalidMetadata / UnsupportedError as create for a
+  // shape it refuses, StoreError.
   awaitable<Array> resize(std::vector<std::uint64_t> shape) const;
   // Grows dimension `axis` by data_shape[axis] and writes `data` (C order,
   // data_shape, whose other extents equal the array's) there; returns the
@@ -301,10 +303,14 @@ enum class Consolidated {
 // Consolidated metadata is a snapshot: a group opened with it sees the
 // hierarchy as it was when the copy was last written. zarrcoro keeps the
 // copies it finds up to date: creating a node and resizing an array also
-// replace that node's entry (and drop the entries below it) in every
-// consolidated copy held by an ancestor group, with a write conditional on
-// the copy's generation. Other writers may not: Group::consolidate writes
-// the copy anew from a listing of the store.
+// replace that node's entry (an overwrite drops the entries below it) in
+// every consolidated copy held by an ancestor group, adding missing parent
+// groups, with a write conditional on the copy's generation (retried).
+// A copy that could not take the change (not JSON; other entries that are
+// not strict JSON) refuses the operation before anything is written.
+// Other writers may not keep copies up to date: Group::consolidate writes
+// the copy anew from a listing of the store, and resize refuses an Array
+// handle whose metadata is no longer the stored one.
 class Group {
  public:
   Group() = default;  // an empty handle, to be assigned from open() or create()
@@ -383,18 +389,33 @@ class Group {
 
   // Opens the array or group at `name` below this group ("a" or "a/b"):
   // from the consolidated metadata when it describes `name` (no request),
-  // else as Array::open / Group::open do. Raises InvalidArgument for a bad
-  // name or a node of the other type, and what Array::open / Group::open
-  // raise.
+  // else as Array::open / Group::open do (a group with the Consolidated
+  // mode this one was opened with). Raises InvalidArgument for a bad name,
+  // NotFound where there is no such node (with a copy: naming the document
+  // of the node of the other type there), and what Array::open /
+  // Group::open raise.
   awaitable<Array> open_array(std::string name) const;
   awaitable<Group> open_group(std::string name) const;
   Array open_array_blocking(std::string name) const;
   Group open_group_blocking(std::string name) const;
+  // Token forms: complete with void(std::exception_ptr, Array) / (..., Group).
+  template <class Token>
+  auto async_open_array(std::string name, Token&& token) const {
+    return detail::async_spawn(executor_of(*rt_), open_array(std::move(name)), std::forward<Token>(token));
+  }
+  template <class Token>
+  auto async_open_group(std::string name, Token&& token) const {
+    return detail::async_spawn(executor_of(*rt_), open_group(std::move(name)), std::forward<Token>(token));
+  }
 
   // Writes this group's consolidated metadata anew, in its format (v2
   // `.zmetadata`; v3 in its `zarr.json`), from a recursive listing of the
   // store (not from a copy it was opened with), and returns the group
-  // opened with it. Fill values NaN and ±Infinity are written as the
+  // opened with it. The write is conditional on the document read before
+  // the listing: when another writer replaced it meanwhile, it lists again
+  // (up to 8 times, then StoreError). Implicit groups have no entry; a v3
+  // copy also leaves out the nodes below one (readers nest every entry
+  // under its parent group's). Fill values NaN and ±Infinity are written as the
   // strings the specs give (B02); attributes holding NaN or Infinity raise
   // InvalidArgument naming the document (strict JSON cannot hold them).
   // Needs a store that can list and write. Raises what members() raises,
@@ -411,19 +432,21 @@ class Group {
   static awaitable<Array> open_array_in(Runtime* rt, std::shared_ptr<Store> store, std::string group,
                                         std::shared_ptr<const detail::ConsolidatedView> view, std::string name);
   static awaitable<Group> open_group_in(Runtime* rt, std::shared_ptr<Store> store, std::string group,
-                                        std::shared_ptr<const detail::ConsolidatedView> view, std::string name);
+                                        std::shared_ptr<const detail::ConsolidatedView> view, std::string name,
+                                        Consolidated mode);
   static awaitable<Group> consolidate_group(Runtime& rt, std::shared_ptr<Store> store, std::string path,
                                             int zarr_format);
   Group(Runtime& rt, std::shared_ptr<Store> store, std::string path, nlohmann::json attrs, int zarr_format,
-        std::shared_ptr<const detail::ConsolidatedView> consolidated)
+        std::shared_ptr<const detail::ConsolidatedView> consolidated, Consolidated mode)
       : rt_(&rt), store_(std::move(store)), path_(std::move(path)), attributes_(std::move(attrs)),
-        zarr_format_(zarr_format), consolidated_(std::move(consolidated)) {}
+        zarr_format_(zarr_format), consolidated_(std::move(consolidated)), mode_(mode) {}
   Runtime* rt_ = nullptr;
   std::shared_ptr<Store> store_;
   std::string path_;
   nlohmann::json attributes_;
   int zarr_format_ = 3;
   std::shared_ptr<const detail::ConsolidatedView> consolidated_;
+  Consolidated mode_ = Consolidated::use_if_present;  // how members found without the copy are opened
 };
 
 }  // namespace zarrcoro
