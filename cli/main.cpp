@@ -69,70 +69,6 @@ Array open_array(Runtime& rt, const std::shared_ptr<Store>& store, const fs::pat
 
 void print(const ojson& j) { std::cout << j.dump(2, ' ', false, ojson::error_handler_t::replace) << '\n'; }
 
-// `info` for a v2 array: the .zarray members, the v3 data type and codec
-// chain they mean (when this build supports them), and the .zattrs.
-ojson v2_array_info(Runtime& rt, Store& store, const fs::path& dir) {
-  const auto zarray = read_doc(rt, store, dir, ".zarray");
-  const auto zattrs = read_doc(rt, store, dir, ".zattrs");
-  std::optional<ArrayMetadata> m;
-  try {
-    m = ArrayMetadata::from_v2_json(zarray, zattrs, ".zarray");
-  } catch (const UnsupportedError&) {
-    // Described from the document alone (export says why it cannot read it).
-  } catch (const Error& e) {
-    throw Failure(quoted(dir) + ": " + e.what());
-  }
-  ojson out{{"zarr_format", 2}, {"node_type", "array"}, {"shape", ordered_json(zarray["shape"])}};
-  if (m) {
-    try {
-      out["data_type"] = ordered_json(data_type_to_json(m->data_type));
-    } catch (const Error&) {
-      out["data_type"] = m->data_type.describe();  // e.g. a struct with subarray fields
-    }
-  }
-  out["chunk_shape"] = ordered_json(zarray["chunks"]);
-  for (const char* k : {"dtype", "order", "dimension_separator", "compressor", "filters", "fill_value"})
-    if (zarray.contains(k)) out[k] = ordered_json(zarray[k]);
-  if (m) out["codecs"] = ordered_json(m->codecs);
-  out["attributes"] = ordered_json(zattrs.is_object() ? zattrs : nlohmann::json::object());
-  return out;
-}
-
-// True if `key` holds a value (false for a name that is no valid key).
-bool has_key(Runtime& rt, Store& store, const std::string& key) {
-  try {
-    return wait(rt, store.exists(key));
-  } catch (const InvalidArgument&) {
-    return false;
-  }
-}
-
-// `info` for a v2 group: attributes and the children holding a node.
-ojson v2_group_info(Runtime& rt, const std::shared_ptr<Store>& store, const fs::path& dir,
-                    const std::vector<std::string>& subdirs) {
-  const Group g = at(dir, [&] { return Group::open_blocking(rt, store, ""); });
-  ojson children = ojson::array();
-  for (const auto& name : subdirs) {
-    std::string type;  // "" = not a node
-    if (has_key(rt, *store, name + "/zarr.json")) {
-      try {
-        const auto j = read_doc(rt, *store, dir, name + "/zarr.json");
-        type = j.is_object() && j.contains("node_type") && j["node_type"].is_string() ? j["node_type"].get<std::string>()
-                                                                                      : "invalid";
-      } catch (const Failure&) {
-        type = "invalid";  // unreadable metadata: listed, not fatal for the parent
-      }
-    } else if (has_key(rt, *store, name + "/.zarray")) {
-      type = "array";
-    } else if (has_key(rt, *store, name + "/.zgroup")) {
-      type = "group";
-    }
-    if (!type.empty()) children.push_back(ojson{{"name", name}, {"node_type", type}});
-  }
-  return ojson{{"zarr_format", 2}, {"node_type", "group"}, {"attributes", ordered_json(g.attributes())},
-               {"children", children}};
-}
-
 // ---- commands ----------------------------------------------------------
 
 void cmd_info(const fs::path& dir) {
@@ -140,16 +76,17 @@ void cmd_info(const fs::path& dir) {
   auto store = open_dir(rt, dir, true);
   const Node node = read_node(rt, *store, dir);  // this tool's own messages for a missing or untyped node
   std::vector<std::string> subdirs;  // a group's candidate children (an array lists nothing: HTTP cannot)
-  if (node.type == "group" && is_remote(dir)) {  // from consolidated metadata, else a listing
-    for (const auto& m : at(dir, [&] { return Group::open_blocking(rt, store, "").members_blocking(); }))
-      subdirs.push_back(m.name);
+  if (node.type == "group" && is_remote(dir)) {  // (a group with consolidated metadata lists its copy's members)
+    const bool consolidated = at(dir, [&] { return Group::open_blocking(rt, store, "").has_consolidated_metadata(); });
+    for (const auto& key : consolidated ? std::vector<std::string>{} : at(dir, [&] { return wait(rt, store->list("")); }))
+      if (auto slash = key.find('/'); slash != std::string::npos) subdirs.push_back(key.substr(0, slash));
+    subdirs.erase(std::unique(subdirs.begin(), subdirs.end()), subdirs.end());
   } else if (node.type == "group") {
     for (const auto& e : fs::directory_iterator(dir))
       if (e.is_directory()) subdirs.push_back(e.path().filename().string());
   }
   std::sort(subdirs.begin(), subdirs.end());
-  if (node.zarr_format == 2) print(node.type == "array" ? v2_array_info(rt, *store, dir) : v2_group_info(rt, store, dir, subdirs));
-  else print(at(dir, [&] { return wait(rt, node_info(rt, store, "", subdirs)); }));
+  print(at(dir, [&] { return wait(rt, node_info(rt, store, "", subdirs)); }));
 }
 
 // " (10, 5) int32": an array's shape and data type.
@@ -174,10 +111,10 @@ std::string array_summary(Runtime& rt, Store& store, const fs::path& dir, const 
     const auto& raw = j.value(zarr_format == 2 ? "dtype" : "data_type", nlohmann::json());
     dtype = raw.is_string() ? raw.get<std::string>() : raw.dump();
   }
-  std::vector<std::uint64_t> dims;
-  if (j.contains("shape") && j["shape"].is_array())
-    for (const auto& d : j["shape"]) dims.push_back(d.is_number_unsigned() ? d.get<std::uint64_t>() : 0);
-  return summary(dims, dtype);
+  std::string shape = "(";  // as the document has it, whatever it holds
+  const auto dims = j.contains("shape") && j["shape"].is_array() ? j["shape"] : nlohmann::json::array();
+  for (std::size_t i = 0; i < dims.size(); ++i) shape += (i ? ", " : "") + dims[i].dump();
+  return " " + shape + (dims.size() == 1 ? ",)" : ")") + " " + dtype;
 }
 
 // The same for a member of `g`: from its consolidated metadata when it has

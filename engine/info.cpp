@@ -76,6 +76,33 @@ ojson array_info(const nlohmann::json& node, const std::string& key) {
   return out;
 }
 
+// A v2 array: the .zarray members, the v3 data type and codec chain they
+// mean (left out when this build does not support them: still described),
+// and the .zattrs.
+ojson v2_array_info(const nlohmann::json& zarray, const nlohmann::json& zattrs, const std::string& key) {
+  if (!zarray.is_object()) throw InvalidMetadata(key, "", "expected a JSON object");
+  std::optional<ArrayMetadata> m;
+  try {
+    m = ArrayMetadata::from_v2_json(zarray, zattrs, key);
+  } catch (const UnsupportedError&) {
+    // described from the document alone
+  }
+  ojson out{{"zarr_format", 2}, {"node_type", "array"}, {"shape", ordered_json(zarray.value("shape", nlohmann::json()))}};
+  if (m) {
+    try {
+      out["data_type"] = ordered_json(data_type_to_json(m->data_type));
+    } catch (const Error&) {
+      out["data_type"] = m->data_type.describe();  // e.g. a struct with subarray fields
+    }
+  }
+  out["chunk_shape"] = ordered_json(zarray.value("chunks", nlohmann::json()));
+  for (const char* k : {"dtype", "order", "dimension_separator", "compressor", "filters", "fill_value"})
+    if (zarray.contains(k)) out[k] = ordered_json(zarray[k]);
+  if (m) out["codecs"] = ordered_json(m->codecs);
+  out["attributes"] = ordered_json(zattrs.is_object() ? zattrs : nlohmann::json::object());
+  return out;
+}
+
 ojson child_entry(const std::string& name, const std::string& node_type) {
   return ojson{{"name", name}, {"node_type", node_type}};
 }
@@ -103,8 +130,15 @@ awaitable<std::string> child_type(std::shared_ptr<Store> store, std::string key)
     failed = true;  // unreadable metadata: listed, not fatal for the parent
   }
   if (failed) co_return std::string("invalid");
-  if (!doc) co_return std::string();
-  co_return doc_type(*doc, key);
+  if (doc) co_return doc_type(*doc, key);
+  const std::string prefix = key.substr(0, key.size() - std::string("zarr.json").size());  // v2 documents beside it
+  try {
+    if (co_await store->exists(prefix + ".zarray")) co_return std::string("array");
+    if (co_await store->exists(prefix + ".zgroup")) co_return std::string("group");
+  } catch (const Error&) {
+    failed = true;
+  }
+  co_return std::string(failed ? "invalid" : "");
 }
 
 }  // namespace
@@ -113,11 +147,23 @@ awaitable<ojson> node_info(Runtime& rt, std::shared_ptr<Store> store, std::strin
                            std::vector<std::string> child_names) {
   const std::string key = node_key(path);
   const auto doc = co_await store->get(key);
-  if (!doc) throw NotFound(key, "", "no node metadata at '" + key + "'");
-  const auto node = parse_doc(*doc, key);
-  const std::string type = node_type_of(node);
-  if (type == "array") co_return array_info(node, key);
-  if (type != "group") throw InvalidMetadata(key, "node_type", bad_type_message(type));
+  if (doc) {
+    const auto node = parse_doc(*doc, key);
+    const std::string type = node_type_of(node);
+    if (type == "array") co_return array_info(node, key);
+    if (type != "group") throw InvalidMetadata(key, "node_type", bad_type_message(type));
+  } else {  // Zarr v2: .zarray, else a group (.zgroup, or .zmetadata alone)
+    const std::string prefix = path.empty() ? "" : path + "/";
+    if (auto zarray = co_await store->get(prefix + ".zarray")) {
+      nlohmann::json zattrs;
+      if (auto a = co_await store->get(prefix + ".zattrs")) zattrs = parse_doc(*a, prefix + ".zattrs");
+      co_return v2_array_info(parse_doc(*zarray, prefix + ".zarray"), zattrs, prefix + ".zarray");
+    }
+    bool group = co_await store->exists(prefix + ".zgroup");
+    if (!group) group = co_await store->exists(prefix + ".zmetadata");
+    if (!group)
+      throw NotFound(key, "", "no node metadata at '" + key + "' (nor a Zarr v2 .zarray or .zgroup)");
+  }
   const Group g = co_await Group::open(rt, store, path);
   ojson children = ojson::array();
   if (g.has_consolidated_metadata()) {  // its members as the copy has them, no request

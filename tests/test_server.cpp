@@ -631,8 +631,12 @@ TEST_CASE("server: missing keys are 404 and nothing outside the root is served")
 
   CHECK(get(s.port(), "/nope").result_int() == 404);
   CHECK(get(s.port(), "/inside/nope/deeper").result_int() == 404);
-  CHECK(get(s.port(), "/inside").result_int() == 404);  // a directory
-  CHECK(get(s.port(), "/").result_int() == 404);
+  CHECK(get(s.port(), "/inside").result_int() == 200);  // a directory: its page, with its keys
+  CHECK(get(s.port(), "/inside").body().find(R"(<a href="/inside/file">file</a>)") != std::string::npos);
+  CHECK(get(s.port(), "/").result_int() == 200);
+  CHECK(get(s.port(), "/dir_out").result_int() == 404);  // a directory outside the root has no page
+  CHECK(get(s.port(), "/dir_out/").result_int() == 404);
+  CHECK(get(s.port(), "/").body().find("SECRET") == std::string::npos);
   CHECK(get(s.port(), "/nope", {}, "HEAD").result_int() == 404);
   CHECK(get(s.port(), "/nope", {{"Range", "bytes=0-1"}}).result_int() == 404);
   CHECK(get(s.port(), "/link_in").body() == "inside");  // symlinks inside the root are fine
@@ -936,6 +940,69 @@ TEST_CASE("server: info is the JSON of `zarrcoro info`") {
   r = get(s.port(), "/api/v1/bad/info");
   CHECK(r.result_int() == 500);
   CHECK(r.body().find("node_type") != std::string::npos);
+}
+
+TEST_CASE("server: a browsable hierarchy: HTML pages at / and each group, members as JSON, v2 info, .npy names") {
+  TestServer s;
+  Group::create_blocking(*s.rt, s.store, "", {{"root", true}});
+  write_ints(s, "g/ints", {4, 3}, {2, 3});
+  Group::create_blocking(*s.rt, s.store, "g", {{"title", "a <group>"}});
+  Group::create_blocking(*s.rt, s.store, "v2", nlohmann::json{{"k", 1}}, 2);
+  ArrayMetadata m;
+  m.zarr_format = 2;
+  m.chunk_key_encoding = {ChunkKeyEncoding::Kind::v2, '.'};
+  m.shape = {3};
+  m.chunk_shape = {2};
+  m.data_type = DataTypeKind::int16;
+  m.attributes = {{"units", "m"}};
+  Array::create_blocking(*s.rt, s.store, "v2/a b", m);
+
+  auto r = get(s.port(), "/");
+  CHECK(r.result_int() == 200);
+  CHECK(r[http::field::content_type] == "text/html; charset=utf-8");
+  CHECK(r.body().find(R"(<li><a href="/g/">g/</a> group</li>)") != std::string::npos);
+  CHECK(r.body().find(R"(<li><a href="/v2/">v2/</a> group</li>)") != std::string::npos);
+  CHECK(r.body().find(R"(<li><a href="/zarr.json">zarr.json</a></li>)") != std::string::npos);  // the keys, for tools
+  r = get(s.port(), "/v2/");
+  CHECK(r.result_int() == 200);
+  CHECK(r.body().find(R"(<li><a href="/v2/a%20b/">a b/</a> array: <a href="/api/v1/v2/a%20b/info">info</a>, <a href="/api/v1/v2/a%20b?format=npy">.npy</a></li>)") !=
+        std::string::npos);
+  r = get(s.port(), "/g/ints/");  // an array's directory: its chunk keys
+  CHECK(r.result_int() == 200);
+  CHECK(r.body().find("<h2>Members</h2>") == std::string::npos);
+  CHECK(r.body().find(R"(<li><a href="/g/ints/c/">c/</a></li>)") != std::string::npos);
+  CHECK(get(s.port(), "/nothing/").result_int() == 404);
+  CHECK(get(s.port(), "/g/ints/zarr.json/").result_int() == 404);
+  CHECK(get(s.port(), "/g/ints").body() == r.body());  // without the slash too: fsspec lists so
+
+  r = get(s.port(), "/api/v1/members?recursive=1");
+  CHECK(r.result_int() == 200);
+  CHECK(nlohmann::json::parse(r.body()) == nlohmann::json::parse(R"({"members": [
+      {"name": "g", "node_type": "group", "zarr_format": 3, "implicit": false},
+      {"name": "g/ints", "node_type": "array", "zarr_format": 3, "implicit": false},
+      {"name": "v2", "node_type": "group", "zarr_format": 2, "implicit": false},
+      {"name": "v2/a b", "node_type": "array", "zarr_format": 2, "implicit": false}]})"));
+  CHECK(nlohmann::json::parse(get(s.port(), "/api/v1/g/members").body())["members"].size() == 1);
+  CHECK(get(s.port(), "/api/v1/members?deep=1").result_int() == 400);
+
+  // Info for v2 nodes (it was 404): the .zarray members with the v3 forms, and a v2 group's children.
+  r = get(s.port(), "/api/v1/v2/a%20b/info");
+  CHECK(r.result_int() == 200);
+  const auto info = nlohmann::json::parse(r.body());
+  CHECK(info["zarr_format"] == 2);
+  CHECK(info["data_type"] == "int16");
+  CHECK(info["dtype"] == "<i2");
+  CHECK(info["attributes"] == nlohmann::json{{"units", "m"}});
+  r = get(s.port(), "/api/v1/v2/info");
+  CHECK(r.result_int() == 200);
+  CHECK(nlohmann::json::parse(r.body())["children"] ==
+        nlohmann::json::parse(R"([{"name": "a b", "node_type": "array"}])"));
+
+  r = get(s.port(), "/api/v1/v2/a%20b?format=npy");
+  CHECK(r.result_int() == 200);
+  CHECK(r[http::field::content_disposition] == "attachment; filename=\"a b.npy\"; filename*=UTF-8''a%20b.npy");
+  r = get(s.port(), "/api/v1/g/ints?format=raw&region=0:1,:");
+  CHECK(r[http::field::content_disposition] == "attachment; filename=\"ints.bin\"; filename*=UTF-8''ints.bin");
 }
 
 TEST_CASE("server: metrics count requests by route and status, and show the loop and the pool") {
@@ -1450,7 +1517,7 @@ TEST_CASE("server: curl range requests return the exact bytes") {
   CHECK(p.stop(SIGTERM) == 0);
 }
 
-TEST_CASE("server: zarr-python 2.13 (fsspec HTTP) reads v2 arrays through the server exactly") {
+TEST_CASE("server: zarr-python 2.13 (fsspec HTTP) reads and lists v2 arrays through the server exactly") {
   const std::string python = "/usr/bin/python3";
   if (!fs::exists(python)) CLIENT_MISSING(python << " is absent");
   const Run probe = run(python + " -c 'import zarr, fsspec, aiohttp, requests, numcodecs; print(zarr.__version__)'");
@@ -1462,6 +1529,7 @@ TEST_CASE("server: zarr-python 2.13 (fsspec HTTP) reads v2 arrays through the se
   INFO(r.out);
   CHECK(r.code == 0);
   CHECK(r.out.find("ok zarr-python read ints") != std::string::npos);
+  CHECK(r.out.find("ok zarr-python keys tree info") != std::string::npos);
   CHECK(r.out.find("ok fsspec http bytes") != std::string::npos);
   CHECK(r.out.find("ok slice API nested/be") != std::string::npos);
   CHECK(p.stop(SIGTERM) == 0);

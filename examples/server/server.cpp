@@ -109,6 +109,99 @@ std::optional<std::string> key_problem(const std::string& key) {
   }
 }
 
+// `attachment; filename="<array name>.npy"` (".bin" for raw bytes); the
+// root array is "array". Names are ASCII-only there, with RFC 6266's
+// filename* for the UTF-8 original.
+std::string download_name(const std::string& path, const std::string& format) {
+  const std::string name = (path.empty() ? std::string("array") : path.substr(path.rfind('/') + 1)) +
+                           (format == "npy" ? ".npy" : ".bin");
+  std::string ascii, encoded;
+  for (const unsigned char c : name) {
+    ascii += c < 0x80 && c >= 0x20 && c != '"' && c != '\\' ? static_cast<char>(c) : '_';
+    if (std::isalnum(c) || c == '.' || c == '-' || c == '_') encoded += static_cast<char>(c);
+    else encoded += fmt::format("%{:02X}", c);
+  }
+  return "attachment; filename=\"" + ascii + "\"; filename*=UTF-8''" + encoded;
+}
+
+std::string members_json(const std::vector<NodeEntry>& found) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& m : found)
+    list.push_back({{"name", m.name},
+                    {"node_type", m.node_type == NodeType::array ? "array" : "group"},
+                    {"zarr_format", m.zarr_format},
+                    {"implicit", m.implicit}});
+  return nlohmann::json{{"members", std::move(list)}}.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
+         "\n";
+}
+
+std::string html_escape(std::string_view s) {
+  std::string out;
+  for (const char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+// A path as a URL path: every byte but unreserved ones and '/' percent-encoded.
+std::string url_path(std::string_view s) {
+  std::string out;
+  for (const unsigned char c : s) {
+    if (std::isalnum(c) || c == '/' || c == '.' || c == '-' || c == '_' || c == '~') out += static_cast<char>(c);
+    else out += fmt::format("%{:02X}", c);
+  }
+  return out;
+}
+
+struct DirEntry {
+  std::string name;
+  bool dir;
+};
+
+// A directory's page: for people, the members of the group there (with
+// links to their pages, info and .npy downloads); for tools (fsspec's HTTP
+// listing reads the links of a page), a link to every entry.
+std::string index_html(const std::string& dir, const std::optional<std::vector<NodeEntry>>& members,
+                       const std::vector<DirEntry>& entries) {
+  const std::string title = "/" + (dir.empty() ? "" : dir + "/");
+  const std::string prefix = dir.empty() ? "" : dir + "/";
+  std::string h = "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>zarrcoro " + html_escape(title) +
+                  "</title></head>\n<body>\n<h1>" + html_escape(title) + "</h1>\n<p><a href=\"/api/v1/" +
+                  url_path(prefix) + "info\">info</a>";
+  if (members) h += " &middot; <a href=\"/api/v1/" + url_path(prefix) + "members?recursive=1\">members (JSON)</a>";
+  if (!dir.empty()) {
+    const auto up = dir.rfind('/');
+    h += " &middot; <a href=\"/" + url_path(up == std::string::npos ? "" : dir.substr(0, up) + "/") + "\">up</a>";
+  }
+  h += "</p>\n";
+  if (members) {
+    h += "<h2>Members</h2>\n<ul>\n";
+    for (const auto& m : *members) {
+      const std::string path = prefix + m.name;
+      h += "<li><a href=\"/" + url_path(path) + "/\">" + html_escape(m.name) + "/</a> ";
+      if (m.node_type == NodeType::group) h += "group</li>\n";
+      else
+        h += "array: <a href=\"/api/v1/" + url_path(path) + "/info\">info</a>, <a href=\"/api/v1/" + url_path(path) +
+             "?format=npy\">.npy</a></li>\n";
+    }
+    if (members->empty()) h += "<li>(none)</li>\n";
+    h += "</ul>\n";
+  }
+  h += "<h2>Keys</h2>\n<ul>\n";
+  for (const auto& e : entries) {
+    const std::string name = e.name + (e.dir ? "/" : "");
+    h += "<li><a href=\"/" + url_path(prefix + name) + "\">" + html_escape(name) + "</a></li>\n";
+  }
+  return h + "</ul>\n</body></html>\n";
+}
+
 bool is_metadata_key(std::string_view key) {
   const auto slash = key.rfind('/');
   const std::string_view name = slash == std::string_view::npos ? key : key.substr(slash + 1);
@@ -164,6 +257,19 @@ std::vector<std::string> subdirectories(const fs::path& root, const std::string&
     if (e.is_directory(ec)) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
   return names;
+}
+
+// The entries of the directory `path` under `root`, sorted by name; nullopt
+// if it is no directory inside the root. Blocking (a directory of chunks
+// may be large): run it off the loop.
+std::optional<std::vector<DirEntry>> directory_entries(const fs::path& root, const std::string& path) {
+  std::error_code ec;
+  const fs::path dir = fs::weakly_canonical(root / path, ec);
+  if (ec || !inside(root, path) || !fs::is_directory(dir, ec)) return std::nullopt;
+  std::vector<DirEntry> out;
+  for (const auto& e : fs::directory_iterator(dir, ec)) out.push_back({e.path().filename().string(), e.is_directory(ec)});
+  std::sort(out.begin(), out.end(), [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
+  return out;
 }
 
 // Bytes of `region` with `item`-byte elements; nullopt on overflow.
@@ -868,8 +974,19 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
       res.set(http::field::cache_control, "no-store");
       co_return reply("metrics", std::move(res));
     }
+    if (path.empty() || path.ends_with('/')) {  // a group's page, for people
+      std::string group = path.empty() ? "" : path.substr(0, path.size() - 1);
+      Response res = co_await index_page(std::move(group));
+      co_return reply("index", std::move(res));
+    }
     if (path == "api/v1" || path.starts_with("api/v1/")) {
       std::string rest = path.size() > 7 ? path.substr(7) : "";
+      if (rest == "members" || rest.ends_with("/members")) {
+        rest = rest == "members" ? "" : rest.substr(0, rest.size() - 8);
+        std::string query = target->query;
+        Response res = co_await members(std::move(rest), std::move(query));
+        co_return reply("members", std::move(res));
+      }
       if (rest == "info" || rest.ends_with("/info")) {
         rest = rest == "info" ? "" : rest.substr(0, rest.size() - 5);
         Response res = co_await info(std::move(rest));
@@ -906,7 +1023,12 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
     } catch (const Error& e) {
       spdlog::debug("server: key '{}': {}", key, e.what());  // symlink escape, unreadable: a 404 to the client
     }
-    if (!file) co_return reply("key", not_found());
+    if (!file) {  // a directory reads as its page, as "dir/" does (fsspec lists "dir" so)
+      std::error_code ec;
+      if (!fs::is_directory(store->root() / key, ec) || !inside(store->root(), key)) co_return reply("key", not_found());
+      Response page = co_await index_page(std::move(key));
+      co_return reply("index", std::move(page));
+    }
 
     const std::string etag = etag_of(*file);
     const std::string last_modified = http_date(file->modified());
@@ -1030,6 +1152,63 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
     co_return res;
   }
 
+  // The group at `path` (consolidated metadata used when present) and its
+  // members, or the error response.
+  awaitable<std::variant<std::vector<NodeEntry>, Response>> group_members(std::string path, bool recursive) {
+    if (!path.empty())
+      if (auto why = key_problem(path)) co_return text(http::status::bad_request, "invalid path: " + *why);
+    if (!inside(store->root(), path)) co_return not_found();  // a symlink out of the root
+    std::optional<Response> failure;
+    std::vector<NodeEntry> found;
+    try {
+      const Group g = co_await Group::open(rt, store, path);
+      found = co_await g.members(recursive);
+    } catch (const InvalidMetadata& e) {  // an array there: no group, as for a missing one
+      failure = e.field() == "node_type" ? text(http::status::not_found, "'" + path + "' is not a group")
+                                         : error_response(e);
+    } catch (const Error& e) {
+      failure = error_response(e);
+    }
+    if (failure) co_return std::move(*failure);
+    co_return found;
+  }
+
+  // GET /api/v1/<group>/members[?recursive=1]: {"members": [{"name",
+  // "node_type", "zarr_format", "implicit"}, ...]} as Group::members lists them.
+  awaitable<Response> members(std::string path, std::string query) {
+    const auto params = parse_query(query);
+    if (!params) co_return text(http::status::bad_request, "malformed query string");
+    bool recursive = false;
+    for (const auto& [k, v] : *params) {
+      if (k == "recursive" && (v == "1" || v == "true")) recursive = true;
+      else if (!(k == "recursive" && (v == "0" || v == "false")))
+        co_return text(http::status::bad_request, "unknown parameter '" + k + "=" + v + "' (expected recursive=1|0)");
+    }
+    auto found = co_await group_members(std::move(path), recursive);
+    if (auto* failure = std::get_if<Response>(&found)) co_return std::move(*failure);
+    Response res = respond(http::status::ok, "application/json");
+    set_body(res, members_json(std::get<std::vector<NodeEntry>>(found)));
+    co_return res;
+  }
+
+  // GET / and GET /<dir>/: an HTML page of the directory (index_html).
+  awaitable<Response> index_page(std::string path) {
+    if (!path.empty())
+      if (auto why = key_problem(path)) co_return text(http::status::bad_request, "invalid path: " + *why);
+    auto entries = co_await asio::co_spawn(transmit_pool, list_directory(store->root(), path), asio::use_awaitable);
+    if (!entries) co_return not_found();
+    auto found = co_await group_members(path, false);
+    std::optional<std::vector<NodeEntry>> members;
+    if (auto* list = std::get_if<std::vector<NodeEntry>>(&found)) members = std::move(*list);
+    Response res = respond(http::status::ok, "text/html; charset=utf-8");
+    set_body(res, index_html(path, members, *entries));
+    co_return res;
+  }
+
+  static awaitable<std::optional<std::vector<DirEntry>>> list_directory(fs::path root, std::string path) {
+    co_return directory_entries(root, path);
+  }
+
   // GET /api/v1/<array>?region=...&format=npy|raw
   awaitable<Reply> slice(std::string path, std::string query, bool head) {
     auto fail = [](http::status s, std::string why) { return reply("slice", text(s, why)); };
@@ -1083,6 +1262,7 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
                      "region too large: " + (nbytes ? std::to_string(*nbytes) + " bytes" : std::string("overflow")) +
                          ", the limit is " + std::to_string(opt.max_response_bytes) + " bytes");
     Response res = respond(http::status::ok, "application/octet-stream");
+    res.set(http::field::content_disposition, download_name(path, format));
     res.set("X-Shape", join(shape));
     res.set("X-Dtype", std::string(array.dtype().name()));
     if (head) {  // the length is known without decoding anything

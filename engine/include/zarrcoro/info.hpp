@@ -8,7 +8,11 @@
 // build cannot run is still described): zarr_format, node_type, shape,
 // data_type, chunk_shape, then chunk_key_encoding, codecs, fill_value,
 // attributes and dimension_names when present (objects with "name" first).
-// A group: zarr_format, node_type, attributes and children, the entries of
+// A v2 array: zarr_format, node_type, shape, data_type and codecs (the v3
+// forms it means, when supported), chunk_shape, the .zarray members dtype,
+// order, dimension_separator, compressor, filters, fill_value, and
+// attributes. A group (v3 or v2): zarr_format, node_type, attributes and
+// children, the entries of
 // `child_names` that hold a node, as {"name", "node_type"} ("invalid" when
 // the child's metadata cannot be read); a group with consolidated metadata
 // lists the members its copy holds instead (see Group::open).
@@ -29,8 +33,9 @@ class Runtime;
 // Describes the node at `path` ("" = the store root). `child_names` are the
 // candidate children of a group in the order to list them (e.g. the sorted
 // names of its subdirectories); they are ignored for an array.
-// Raises NotFound if there is no zarr.json at `path`, InvalidMetadata if it
-// is not an object with node_type "array" or "group" (or is invalid as one),
+// Raises NotFound if there is no zarr.json, .zarray or .zgroup (or
+// .zmetadata) at `path`, InvalidMetadata if a document is not an object
+// with node_type "array" or "group" (or is invalid as one),
 // StoreError / InvalidArgument as the store does.
 awaitable<nlohmann::ordered_json> node_info(Runtime& rt, std::shared_ptr<Store> store, std::string path,
                                             std::vector<std::string> child_names);
