@@ -1023,12 +1023,9 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
     } catch (const Error& e) {
       spdlog::debug("server: key '{}': {}", key, e.what());  // symlink escape, unreadable: a 404 to the client
     }
-    if (!file) {  // a directory reads as its page, as "dir/" does (fsspec lists "dir" so)
-      std::error_code ec;
-      if (!fs::is_directory(store->root() / key, ec) || !inside(store->root(), key)) co_return reply("key", not_found());
-      Response page = co_await index_page(std::move(key));
-      co_return reply("index", std::move(page));
-    }
+    // (A directory is no key: 404 here, its page is at "dir/". Serving the
+    // page for "dir" too would make stores and clients see a key there.)
+    if (!file) co_return reply("key", not_found());
 
     const std::string etag = etag_of(*file);
     const std::string last_modified = http_date(file->modified());
