@@ -65,6 +65,10 @@ class BytesCodec final : public ArrayToBytesCodec {
   }
 
   void validate(const ArraySpec& spec) const override {
+    if (spec.dtype.is_variable_length())
+      throw InvalidMetadata("", "", "bytes: the variable-length data type " + spec.dtype.describe() + " needs the " +
+                                        (spec.dtype.kind() == DataTypeKind::string ? "vlen-utf8" : "vlen-bytes") +
+                                        " codec");
     if (!endian_ && spec.dtype.needs_byte_order())
       throw InvalidMetadata("", "endian",
                             "bytes: \"endian\" is required for data type " + spec.dtype.describe());

@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "codecs/vlen.hpp"
 #include "engine/checked.hpp"
 #include <spdlog/spdlog.h>
 
@@ -45,6 +46,8 @@ const Registered kRegistry[] = {
     {"transpose", Kind::a2a, make_transpose_codec},
     {"bytes", Kind::a2b, nullptr, [](const json& c, const ArraySpec&) { return make_bytes_codec(c); }},
     {"sharding_indexed", Kind::a2b, nullptr, make_sharding_codec},
+    {"vlen-utf8", Kind::a2b, nullptr, make_vlen_utf8_codec},
+    {"vlen-bytes", Kind::a2b, nullptr, make_vlen_bytes_codec},
     {"gzip", Kind::b2b, nullptr, nullptr, make_gzip_codec},
     {"zstd", Kind::b2b, nullptr, nullptr, make_zstd_codec},
     {"crc32c", Kind::b2b, nullptr, nullptr, make_crc32c_codec},
@@ -262,7 +265,11 @@ void CodecPipeline::decode(ByteSpan encoded, MutableByteSpan out) const {
   const bool direct = a2a_.empty();  // the array-to-bytes codec writes straight to `out`
   const std::int64_t a2b_size = a2b_->encoded_size(a2b_spec_);
   const bool a2b_copy = a2b_->is_identity(a2b_spec_) && a2b_size == static_cast<std::int64_t>(n);
-  const std::uint64_t bound = 2 * std::max<std::uint64_t>(n, a2b_size < 0 ? 0 : a2b_size) + (1 << 20);
+  // Variable-length elements have no fixed encoded size: their byte stream
+  // is bounded by kMaxVlenChunkBytes instead.
+  const std::uint64_t bound = chunk_spec_.dtype.is_variable_length()
+                                  ? kMaxVlenChunkBytes
+                                  : 2 * std::max<std::uint64_t>(n, a2b_size < 0 ? 0 : a2b_size) + (1 << 20);
   MutableByteSpan a2b_out = out;
   if (!direct) {
     s[2].resize(n);

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <charconv>
+#include <cstring>
+#include <string_view>
 #include <random>
 
 #include <list>
@@ -28,6 +30,7 @@
 
 #include "codecs/pipeline.hpp"
 #include "codecs/sharding.hpp"
+#include "codecs/vlen.hpp"
 #include "engine/blocking.hpp"
 #include "engine/checked.hpp"
 #include "engine/engine_state.hpp"
@@ -51,7 +54,8 @@ struct Array::State {
   // Set when the chain is sharding_indexed alone: reads and writes then
   // address inner chunks by byte ranges.
   const codecs::ShardingCodec* shard = nullptr;
-  Bytes fill;  // one element
+  Bytes fill;  // one element (variable-length types: a view of fill_text)
+  std::string fill_text;  // variable-length types: the fill value's bytes
   // A v2 array whose fill_value is null has no fill: readers (zarr-python 2)
   // leave missing chunks undefined, so every written chunk is stored.
   bool store_fill_chunks = false;
@@ -245,6 +249,13 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
     spawner_idle_ = true;
     maybe_flush();
     if (remaining_ > 0) co_await done_.wait();
+    if (!error_ && !cancelled_) {
+      try {
+        co_await after_all();
+      } catch (...) {
+        fail(std::current_exception());
+      }
+    }
     finished_ = true;
     if (error_) std::rethrow_exception(error_);
   }
@@ -288,6 +299,8 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
   virtual bool has_finish() const { return false; }
   virtual asio::awaitable<void> finish(std::size_t i) { co_return; }  // on strand, after codec work
   virtual std::size_t budget_factor() const { return 1; }
+  // On strand, once every chunk is done without error (read_strings: turn the views into strings).
+  virtual asio::awaitable<void> after_all() { co_return; }
 
   void fail(std::exception_ptr e) {
     if (!error_) error_ = e;
@@ -476,9 +489,12 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
 
 class ReadOp final : public ChunkOp {
  public:
+  // `strings`: read_strings' result (sized to the region), filled from the
+  // views in `out` once every chunk is in.
   ReadOp(std::shared_ptr<const Array::State> st, std::vector<ChunkPart> parts, Region region,
-         MutableByteSpan out)
-      : ChunkOp(std::move(st), std::move(parts)), region_shape_(region.shape()), out_(out) {
+         MutableByteSpan out, std::vector<std::string>* strings = nullptr)
+      : ChunkOp(std::move(st), std::move(parts)), region_shape_(region.shape()), out_(out), strings_(strings) {
+    if (st_->meta.data_type.is_variable_length()) heap_ = std::make_unique<codecs::VlenHeap>();
     tasks_.reserve(parts_.size());
     for (std::size_t i = 0; i < parts_.size(); ++i) tasks_.emplace_back(this, i).cancelled = &cancel_flag_;
   }
@@ -694,6 +710,7 @@ class ReadOp final : public ChunkOp {
 
   // On a pool thread (or inline when there is nothing to compute).
   void decode(std::size_t i, std::optional<Bytes>& encoded) {
+    const codecs::VlenHeapScope heap_scope(heap_.get());
     const ChunkPart& p = parts_[i];
     const auto& spec = st_->pipeline->chunk_spec();
     const std::size_t es = spec.dtype.size();
@@ -728,6 +745,7 @@ class ReadOp final : public ChunkOp {
 
   // On a pool thread: decode the fetched inner chunks [from, to) of a shard part.
   void decode_pieces(std::size_t i, std::size_t from, std::size_t to) {
+    const codecs::VlenHeapScope heap_scope(heap_.get());
     const ChunkPart& p = parts_[i];
     auto& t = tasks_[i];
     const auto& inner = st_->shard->inner();
@@ -765,8 +783,37 @@ class ReadOp final : public ChunkOp {
     return true;
   }
 
+  // The views in out_ -> *strings_, on the pool in parts (the pool's
+  // threads share a large region).
+  asio::awaitable<void> after_all() override {
+    if (!strings_) co_return;
+    struct Convert final : detail::ChunkTask {
+      void run() override { run_part(0, 1); }
+      void run_part(std::size_t k, std::size_t n) override {
+        const std::size_t count = out->size();
+        for (std::size_t e = count * k / n, end = count * (k + 1) / n; e < end; ++e) {
+          codecs::VlenView v;
+          std::memcpy(&v, views.data() + e * sizeof v, sizeof v);
+          (*out)[e].assign(v.data ? v.data : "", v.size);
+        }
+      }
+      ByteSpan views;
+      std::vector<std::string>* out;
+    } convert;
+    convert.views = out_;
+    convert.out = strings_;
+    convert.bytes = out_.size();
+    convert.computes = strings_->size() > 4096;  // small ones run inline
+    convert.max_parts = std::max<std::size_t>(1, std::min<std::size_t>(64, strings_->size() / 4096));
+    convert.cancelled = &cancel_flag_;
+    co_await run_task(convert);
+    if (convert.error) std::rethrow_exception(convert.error);
+  }
+
   std::vector<std::uint64_t> region_shape_;
   MutableByteSpan out_;
+  std::vector<std::string>* strings_ = nullptr;
+  std::unique_ptr<codecs::VlenHeap> heap_;  // variable-length types: owns the decoded bytes out_'s views point into
   std::vector<Task> tasks_;
 };
 
@@ -777,6 +824,7 @@ class WriteOp final : public ChunkOp {
   WriteOp(std::shared_ptr<const Array::State> st, std::vector<ChunkPart> parts, Region region,
           ByteSpan in)
       : ChunkOp(std::move(st), std::move(parts)), region_shape_(region.shape()), in_(in) {
+    if (st_->meta.data_type.is_variable_length()) heap_ = std::make_unique<codecs::VlenHeap>();
     tasks_.reserve(parts_.size());
     for (std::size_t i = 0; i < parts_.size(); ++i) tasks_.emplace_back(this, i).cancelled = &cancel_flag_;
   }
@@ -840,7 +888,20 @@ class WriteOp final : public ChunkOp {
 
   detail::ChunkTask& task(std::size_t i) override { return tasks_[i]; }
 
+  // True if every element of `chunk` is the fill value (variable length: by content).
+  bool all_fill(ByteSpan chunk, std::size_t es) const {
+    if (!heap_) return detail::all_equal(chunk, st_->fill.data(), es);
+    const std::string_view fill = st_->fill_text;
+    for (std::size_t off = 0; off < chunk.size(); off += sizeof(codecs::VlenView)) {
+      codecs::VlenView v;
+      std::memcpy(&v, chunk.data() + off, sizeof v);
+      if (v.size != fill.size() || (v.size && std::memcmp(v.data, fill.data(), v.size) != 0)) return false;
+    }
+    return true;
+  }
+
   void encode(std::size_t i) {
+    const codecs::VlenHeapScope heap_scope(heap_.get());  // existing chunks decoded for a merge
     auto& t = tasks_[i];
     t.erase = false;
     const ChunkPart& p = parts_[i];
@@ -871,7 +932,7 @@ class WriteOp final : public ChunkOp {
       }
       detail::copy_box(in_.data(), region_shape_, p.out_start, chunk.data(), spec.shape, p.chunk_start,
                        p.shape, es);
-      if (!st_->store_fill_chunks && detail::all_equal(chunk, st_->fill.data(), es) && erase_allowed(t)) {
+      if (!st_->store_fill_chunks && all_fill(chunk, es) && erase_allowed(t)) {
         t.erase = true;
         return;
       }
@@ -936,6 +997,7 @@ class WriteOp final : public ChunkOp {
 
   std::vector<std::uint64_t> region_shape_;
   ByteSpan in_;
+  std::unique_ptr<codecs::VlenHeap> heap_;  // variable-length types: existing chunks' decoded bytes
   std::vector<Task> tasks_;
 };
 
@@ -959,12 +1021,12 @@ void check_region(const ArrayMetadata& m, const Region& r, std::optional<std::si
                               std::to_string(need));
 }
 
-template <class Op, class Buffer>
-asio::awaitable<void> run_op(std::shared_ptr<const Array::State> st, Region region, Buffer buf) {
+template <class Op, class Buffer, class... Extra>
+asio::awaitable<void> run_op(std::shared_ptr<const Array::State> st, Region region, Buffer buf, Extra... extra) {
   check_region(st->meta, region, buf.size());
   auto parts = detail::plan_chunks(st->meta.shape, st->meta.chunk_shape, region);
   if (parts.empty()) co_return;
-  auto op = std::make_shared<Op>(st, std::move(parts), region, buf);
+  auto op = std::make_shared<Op>(st, std::move(parts), region, buf, extra...);
   // The awaiting coroutine's cancellation slot reaches the op through this handler.
   auto initiation = [op](auto handler) { op->start(std::move(handler)); };
   co_await asio::async_initiate<decltype(use_awaitable), void(std::exception_ptr)>(std::move(initiation),
@@ -1008,7 +1070,61 @@ asio::awaitable<void> erase_chunks_outside(std::shared_ptr<const Array::State> s
   if (!batch.empty()) co_await st->store->erase_many(std::move(batch));
 }
 
+// Raw element access is for fixed-size types; variable-length ones go
+// through read_strings / write_strings (their elements are views).
+void check_fixed_size(const Array::State& st, const char* use) {
+  if (st.meta.data_type.is_variable_length())
+    throw InvalidArgument(detail::array_metadata_key(st.path, st.meta.zarr_format), "data_type",
+                          "the array holds variable-length " + st.meta.data_type.describe() + " elements: use " + use);
+}
+
+void check_variable_length(const Array::State& st) {
+  if (!st.meta.data_type.is_variable_length())
+    throw InvalidArgument(detail::array_metadata_key(st.path, st.meta.zarr_format), "data_type",
+                          "read_strings / write_strings need a string or bytes array, not " +
+                              st.meta.data_type.describe());
+}
+
+asio::awaitable<void> read_raw(std::shared_ptr<const Array::State> st, Region region, MutableByteSpan out) {
+  check_fixed_size(*st, "read_strings");
+  co_await run_op<ReadOp>(std::move(st), std::move(region), out);
+}
+
+asio::awaitable<void> write_raw(std::shared_ptr<const Array::State> st, Region region, ByteSpan in) {
+  check_fixed_size(*st, "write_strings");
+  co_await run_op<WriteOp>(std::move(st), std::move(region), in);
+}
+
+asio::awaitable<std::vector<std::string>> read_strings_op(std::shared_ptr<const Array::State> st, Region region) {
+  check_variable_length(*st);
+  check_region(st->meta, region, std::nullopt);  // before anything is sized
+  const std::uint64_t n = region.num_elements();
+  Bytes views(n * sizeof(codecs::VlenView));
+  std::vector<std::string> out(n);
+  co_await run_op<ReadOp>(st, std::move(region), MutableByteSpan(views), &out);
+  co_return out;
+}
+
+asio::awaitable<void> write_strings_op(std::shared_ptr<const Array::State> st, Region region,
+                                       std::span<const std::string> in) {
+  check_variable_length(*st);
+  check_region(st->meta, region, std::nullopt);
+  if (in.size() != region.num_elements())
+    throw InvalidArgument("", "buffer",
+                          "holds " + std::to_string(in.size()) + " strings, the region " +
+                              std::to_string(region.num_elements()) + " elements");
+  // Views of the caller's strings (empty ones all zero, like the empty fill
+  // value); UTF-8 is checked by the vlen-utf8 encoder on the pool.
+  Bytes views(in.size() * sizeof(codecs::VlenView));
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    const codecs::VlenView v{in[i].empty() ? nullptr : in[i].data(), in[i].size()};
+    std::memcpy(views.data() + i * sizeof v, &v, sizeof v);
+  }
+  co_await run_op<WriteOp>(std::move(st), std::move(region), ByteSpan(views));
+}
+
 asio::awaitable<NdArray> read_owned(std::shared_ptr<const Array::State> st, Region region) {
+  check_fixed_size(*st, "read_strings");
   check_region(st->meta, region, std::nullopt);  // before the buffer is sized
   NdArray a{st->meta.data_type, region.shape(), {}};
   a.data.resize(region.num_elements() * st->meta.data_type.size());
@@ -1030,8 +1146,15 @@ std::shared_ptr<Array::State> make_state(Runtime& rt, std::shared_ptr<Store> sto
   st->path = std::move(path);
   const std::string key = detail::array_metadata_key(st->path, meta.zarr_format);
   meta.validate(key);
-  if (meta.fill_value.empty()) meta.fill_value.assign(meta.data_type.size(), std::byte{0});
-  st->fill = meta.fill_value;
+  if (meta.data_type.is_variable_length()) {
+    st->fill_text.assign(reinterpret_cast<const char*>(meta.fill_value.data()), meta.fill_value.size());
+    const codecs::VlenView v{st->fill_text.empty() ? nullptr : st->fill_text.data(), st->fill_text.size()};
+    st->fill.resize(sizeof v);
+    std::memcpy(st->fill.data(), &v, sizeof v);
+  } else {
+    if (meta.fill_value.empty()) meta.fill_value.assign(meta.data_type.size(), std::byte{0});
+    st->fill = meta.fill_value;
+  }
   st->store_fill_chunks = meta.zarr_format == 2 && meta.v2 && meta.v2->fill_value_null;
   // Every size the engine derives from a chunk follows from this one: check
   // it before any codec is prepared or buffer sized (shared/cases B34).
@@ -1044,7 +1167,7 @@ std::shared_ptr<Array::State> make_state(Runtime& rt, std::shared_ptr<Store> sto
     throw UnsupportedError(key, grid_field,
                            "a chunk of " + std::to_string(*chunk_bytes) + " bytes is larger than the limit of " +
                                std::to_string(limit) + " (RuntimeOptions::max_chunk_bytes)");
-  codecs::ArraySpec spec{meta.data_type, meta.chunk_shape, meta.fill_value};
+  codecs::ArraySpec spec{meta.data_type, meta.chunk_shape, st->fill};
   try {
     st->pipeline = codecs::CodecPipeline::from_json(detail::pipeline_codecs(meta), spec);
   } catch (const Error& e) {
@@ -1156,6 +1279,7 @@ asio::awaitable<std::shared_ptr<const Array::State>> resize_array(std::shared_pt
 asio::awaitable<std::shared_ptr<const Array::State>> append_array(std::shared_ptr<const Array::State> st, ByteSpan data,
                                                                    std::vector<std::uint64_t> data_shape,
                                                                    std::size_t axis) {
+  check_fixed_size(*st, "resize and write_strings");
   const auto& m = st->meta;
   const std::string key = detail::array_metadata_key(st->path, m.zarr_format);
   if (axis >= m.rank()) throw InvalidArgument(key, "axis", "the array has " + std::to_string(m.rank()) + " dimensions");
@@ -1204,13 +1328,29 @@ Array Array::append_blocking(ByteSpan data, std::vector<std::uint64_t> data_shap
 }
 
 asio::awaitable<void> Array::read(Region region, MutableByteSpan out) const {
-  return run_op<ReadOp>(state_, std::move(region), out);
+  return read_raw(state_, std::move(region), out);
 }
 
 asio::awaitable<NdArray> Array::read(Region region) const { return read_owned(state_, std::move(region)); }
 
 asio::awaitable<void> Array::write(Region region, ByteSpan in) const {
-  return run_op<WriteOp>(state_, std::move(region), in);
+  return write_raw(state_, std::move(region), in);
+}
+
+asio::awaitable<std::vector<std::string>> Array::read_strings(Region region) const {
+  return read_strings_op(state_, std::move(region));
+}
+
+asio::awaitable<void> Array::write_strings(Region region, std::span<const std::string> in) const {
+  return write_strings_op(state_, std::move(region), in);
+}
+
+std::vector<std::string> Array::read_strings_blocking(const Region& region) const {
+  return detail::wait(*state_->rt, read_strings(region));
+}
+
+void Array::write_strings_blocking(const Region& region, std::span<const std::string> in) const {
+  detail::wait(*state_->rt, write_strings(region, in));
 }
 
 void Array::read_blocking(const Region& region, MutableByteSpan out) const {

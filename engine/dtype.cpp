@@ -166,6 +166,8 @@ DataType DataType::structured(std::vector<StructField> fields) {
   for (std::size_t i = 0; i < fields.size(); ++i) {
     auto& f = fields[i];
     if (f.name.empty()) throw InvalidArgument("", "fields", "field " + std::to_string(i) + " has an empty name");
+    if (f.type.is_variable_length())
+      throw InvalidArgument("", "fields", "field '" + f.name + "' has the variable-length type " + f.type.describe());
     const std::uint64_t n = product(f.shape);
     if (n == 0 || n > kMaxElementBytes / f.type.size())
       throw InvalidArgument("", "fields", "field '" + f.name + "' has no elements or is too large");
@@ -188,6 +190,8 @@ DataType DataType::structured(std::vector<StructField> fields) {
 std::optional<DataType> DataType::from_name(std::string_view name) {
   for (std::size_t i = 0; i < kInfo.size(); ++i)
     if (kInfo[i].name == name) return DataType(static_cast<DataTypeKind>(i));
+  if (name == "string") return DataType(DataTypeKind::string);
+  if (name == "bytes" || name == "variable_length_bytes") return DataType(DataTypeKind::vlen_bytes);
   return std::nullopt;
 }
 
@@ -196,6 +200,8 @@ std::string_view DataType::name() const {
     case DataTypeKind::bytes: return "null_terminated_bytes";
     case DataTypeKind::unicode: return "fixed_length_utf32";
     case DataTypeKind::structured: return "struct";
+    case DataTypeKind::string: return "string";
+    case DataTypeKind::vlen_bytes: return "bytes";
     default: return info(kind_).name;
   }
 }
@@ -217,6 +223,8 @@ std::string DataType::describe() const {
       }
       return s + "}";
     }
+    case DataTypeKind::string:
+    case DataTypeKind::vlen_bytes: return std::string(name());
     default: return std::string(info(kind_).name);
   }
 }
@@ -226,6 +234,8 @@ std::size_t DataType::size() const {
     case DataTypeKind::bytes: return length_;
     case DataTypeKind::unicode: return std::size_t{4} * length_;
     case DataTypeKind::structured: return layout_->size;
+    case DataTypeKind::string:
+    case DataTypeKind::vlen_bytes: return 16;  // the engine's view {const char*, uint64}
     default: return info(kind_).size;
   }
 }
@@ -233,6 +243,8 @@ std::size_t DataType::size() const {
 std::size_t DataType::swap_unit() const {
   switch (kind_) {
     case DataTypeKind::bytes:
+    case DataTypeKind::string:
+    case DataTypeKind::vlen_bytes:
     case DataTypeKind::structured: return 1;
     case DataTypeKind::unicode: return 4;
     default: return info(kind_).swap_unit;

@@ -16,6 +16,7 @@
 
 #include <zarrcoro/error.hpp>
 
+#include "codecs/vlen.hpp"
 #include "engine/metadata_detail.hpp"
 
 namespace zarrcoro {
@@ -247,6 +248,22 @@ FillValue parse_fill_value(const json& j, DataType dtype, const std::string& key
   FillValue out;
   using K = DataTypeKind;
   switch (dtype.kind()) {
+    // Variable length: the FillValue holds the value's bytes, of any length
+    // ("" = empty). string: the text (zarr-python 3); bytes: base64
+    // (zarr-python 3's VariableLengthBytes).
+    case K::string: {
+      if (!j.is_string()) bad(key, "fill_value", "expected a string for the data type string, got " + j.dump());
+      const std::string& text = j.get_ref<const std::string&>();
+      if (!codecs::valid_utf8(text)) bad(key, "fill_value", "is not valid UTF-8");
+      out.assign(reinterpret_cast<const std::byte*>(text.data()), reinterpret_cast<const std::byte*>(text.data()) + text.size());
+      break;
+    }
+    case K::vlen_bytes: {
+      const auto raw = j.is_string() ? detail::base64_decode(j.get<std::string>()) : std::nullopt;
+      if (!raw) bad(key, "fill_value", "expected base64 text for the data type bytes, got " + j.dump());
+      out = std::move(*raw);
+      break;
+    }
     case K::bool_:
       // Some writers (zarrita, older TensorStore) stored 0 or 1 for a bool
       // array: read as false / true, with one warning per process; never written.
@@ -377,6 +394,8 @@ json float_to_json(const std::byte* p, std::size_t size) {
 }  // namespace
 
 json fill_value_to_json(const FillValue& fill, DataType dtype) {
+  if (dtype.kind() == DataTypeKind::string) return std::string(reinterpret_cast<const char*>(fill.data()), fill.size());
+  if (dtype.kind() == DataTypeKind::vlen_bytes) return detail::base64_encode(fill);
   FillValue f = fill;
   if (f.empty()) f.assign(dtype.size(), std::byte{0});
   auto load = [&]<class T>(T) {
@@ -435,6 +454,8 @@ json fill_value_to_json(const FillValue& fill, DataType dtype) {
       const std::size_t half = dtype.swap_unit();
       return json::array({float_to_json(f.data(), half), float_to_json(f.data() + half, half)});
     }
+    case K::string:
+    case K::vlen_bytes: break;  // handled above
   }
   return nullptr;
 }
@@ -574,7 +595,11 @@ void ArrayMetadata::validate(const std::string& key) const {
             std::to_string(shape.size()) + " of shape");
   for (auto c : chunk_shape)
     if (c == 0) bad(key, "chunk_grid.configuration.chunk_shape", "chunk dimensions must be > 0");
-  if (!fill_value.empty() && fill_value.size() != data_type.size())
+  if (data_type.is_variable_length()) {
+    if (data_type.kind() == DataTypeKind::string &&
+        !codecs::valid_utf8({reinterpret_cast<const char*>(fill_value.data()), fill_value.size()}))
+      bad(key, "fill_value", "is not valid UTF-8");
+  } else if (!fill_value.empty() && fill_value.size() != data_type.size())
     bad(key, "fill_value", "has the wrong size for the data type");
   if (dimension_names && dimension_names->size() != shape.size())
     bad(key, "dimension_names", "length does not match the rank of shape");

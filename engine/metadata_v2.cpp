@@ -18,6 +18,7 @@
 #include <zarrcoro/error.hpp>
 
 #include "codecs/v2.hpp"
+#include "codecs/vlen.hpp"
 #include "engine/metadata_detail.hpp"
 
 namespace zarrcoro {
@@ -41,7 +42,28 @@ constexpr Code kCodes[] = {
     {"c8", DataTypeKind::complex64}, {"c16", DataTypeKind::complex128},
 };
 
-V2DataType parse_typestr(const std::string& s, const std::string& key, const std::string& field) {
+// The kind an object dtype "|O" takes from its first filter (numcodecs' object codec).
+DataTypeKind object_kind(const json& filters, const std::string& key) {
+  if (!filters.is_array() || filters.empty())
+    throw UnsupportedError(key, "filters",
+                           "the object dtype \"|O\" needs an object codec as its first filter (vlen-utf8 or "
+                           "vlen-bytes); there is none");
+  const json& f = filters[0];
+  const std::string id = f.is_object() && f.contains("id") && f["id"].is_string() ? f["id"].get<std::string>() : "";
+  if (id == "vlen-utf8") return DataTypeKind::string;
+  if (id == "vlen-bytes") return DataTypeKind::vlen_bytes;
+  throw UnsupportedError(key, "filters[0]",
+                         "unsupported object codec '" + (id.empty() ? f.dump() : id) +
+                             "' for the object dtype \"|O\" (supported: vlen-utf8, vlen-bytes)");
+}
+
+V2DataType parse_typestr(const std::string& s, const std::string& key, const std::string& field,
+                         const json* filters) {
+  if (s.size() == 2 && s[1] == 'O' && (s[0] == '|' || s[0] == '<' || s[0] == '>' || s[0] == '=')) {
+    if (!filters)
+      throw UnsupportedError(key, field, "the object dtype \"" + s + "\" cannot be a field of a structured type");
+    return {DataType(object_kind(*filters, key)), ByteOrder::unspecified};
+  }
   if (s.size() < 3 || (s[0] != '<' && s[0] != '>' && s[0] != '|' && s[0] != '='))
     bad(key, field, "expected a NumPy type string such as \"<f8\" or \"|u1\", got \"" + s + "\"");
   const std::string body = s.substr(1);
@@ -74,7 +96,8 @@ V2DataType parse_typestr(const std::string& s, const std::string& key, const std
 
 std::string typestr(DataType t, ByteOrder order) {
   std::string code;
-  if (t.kind() == DataTypeKind::bytes) code = "S" + std::to_string(t.length());
+  if (t.is_variable_length()) code = "O";
+  else if (t.kind() == DataTypeKind::bytes) code = "S" + std::to_string(t.length());
   else if (t.kind() == DataTypeKind::unicode) code = "U" + std::to_string(t.length());
   else
     for (const auto& c : kCodes)
@@ -96,6 +119,17 @@ std::string number_text(const json& j, const std::string& key) {
 std::optional<FillValue> parse_v2_fill(const json& j, const V2DataType& t, const std::string& key) {
   if (j.is_null()) return std::nullopt;
   const DataType dt = t.type;
+  if (dt.kind() == DataTypeKind::string) {  // the text (a number: its decimal text, as zarr-python 2 writes "0")
+    if (!j.is_string() && !j.is_number()) bad(key, "fill_value", "expected a string for \"|O\" vlen-utf8, got " + j.dump());
+    const std::string text = j.is_string() ? j.get<std::string>() : number_text(j, key);
+    if (!codecs::valid_utf8(text)) bad(key, "fill_value", "is not valid UTF-8");
+    return FillValue(reinterpret_cast<const std::byte*>(text.data()), reinterpret_cast<const std::byte*>(text.data()) + text.size());
+  }
+  if (dt.kind() == DataTypeKind::vlen_bytes) {  // base64 (zarr-python 3; zarr-python 2 writes only null)
+    auto raw = j.is_string() ? detail::base64_decode(j.get<std::string>()) : std::nullopt;
+    if (!raw) bad(key, "fill_value", "expected null or base64 text for \"|O\" vlen-bytes, got " + j.dump());
+    return std::move(*raw);
+  }
   FillValue out(dt.size(), std::byte{0});
   switch (dt.kind()) {
     case DataTypeKind::bool_:
@@ -143,6 +177,8 @@ json v2_float(const json& v3) {  // v3 writes NaN payloads as hex; v2 knows only
 
 json v2_fill_to_json(const FillValue& fill, const V2Info& info, DataType dt) {
   if (info.fill_value_null) return nullptr;
+  if (dt.kind() == DataTypeKind::string) return std::string(reinterpret_cast<const char*>(fill.data()), fill.size());
+  if (dt.kind() == DataTypeKind::vlen_bytes) return detail::base64_encode(fill);
   FillValue f = fill;
   if (f.empty()) f.assign(dt.size(), std::byte{0});
   switch (dt.kind()) {
@@ -192,16 +228,24 @@ json chain(const V2Info& info, DataType dt, ByteOrder order, std::size_t rank, c
     const unsigned declared = dt.declared_byte_orders();
     order = declared == 1 ? ByteOrder::little : declared == 2 ? ByteOrder::big : ByteOrder::unspecified;
   }
-  json bytes{{"name", "bytes"}};
-  if (dt.is_structured() ? order != ByteOrder::unspecified : dt.swap_unit() > 1)
-    bytes["configuration"] = {{"endian", order == ByteOrder::big ? "big" : "little"}};
-  codecs.push_back(bytes);
+  std::size_t first_filter = 0;
+  // Compressors see the encoded bytes: item size 1 after an object codec.
+  const std::size_t itemsize = dt.is_variable_length() ? 1 : dt.size();
+  if (dt.is_variable_length()) {  // the object codec (filters[0], checked by the dtype) is the array -> bytes codec
+    codecs.push_back({{"name", dt.kind() == DataTypeKind::string ? "vlen-utf8" : "vlen-bytes"}});
+    first_filter = 1;
+  } else {
+    json bytes{{"name", "bytes"}};
+    if (dt.is_structured() ? order != ByteOrder::unspecified : dt.swap_unit() > 1)
+      bytes["configuration"] = {{"endian", order == ByteOrder::big ? "big" : "little"}};
+    codecs.push_back(bytes);
+  }
   if (info.filters.is_array())
-    for (std::size_t i = 0; i < info.filters.size(); ++i)
+    for (std::size_t i = first_filter; i < info.filters.size(); ++i)
       codecs.push_back(prefixed(key, "filters[" + std::to_string(i) + "]",
-                                [&] { return codecs::v2_to_v3_codec(info.filters[i], dt.size()); }));
+                                [&] { return codecs::v2_to_v3_codec(info.filters[i], itemsize); }));
   if (!info.compressor.is_null())
-    codecs.push_back(prefixed(key, "compressor", [&] { return codecs::v2_to_v3_codec(info.compressor, dt.size()); }));
+    codecs.push_back(prefixed(key, "compressor", [&] { return codecs::v2_to_v3_codec(info.compressor, itemsize); }));
   return codecs;
 }
 
@@ -209,8 +253,8 @@ json chain(const V2Info& info, DataType dt, ByteOrder order, std::size_t rank, c
 
 // ---- data types ----------------------------------------------------------------
 
-V2DataType parse_v2_dtype(const json& j, const std::string& key, const std::string& field) {
-  if (j.is_string()) return parse_typestr(j.get<std::string>(), key, field);
+V2DataType parse_v2_dtype(const json& j, const std::string& key, const std::string& field, const json& filters) {
+  if (j.is_string()) return parse_typestr(j.get<std::string>(), key, field, &filters);
   if (!j.is_array() || j.empty())
     bad(key, field, "expected a type string or a list of [name, type(, shape)] fields, got " + j.dump());
   std::vector<StructField> fields;
@@ -221,6 +265,10 @@ V2DataType parse_v2_dtype(const json& j, const std::string& key, const std::stri
       bad(key, at, "expected [name, type] or [name, type, shape], got " + f.dump());
     StructField sf;
     sf.name = f[0].get<std::string>();
+    if (f[1].is_string()) {  // an object field has no object codec of its own
+      const std::string ts = f[1].get<std::string>();
+      if (ts.size() == 2 && ts[1] == 'O') (void)parse_typestr(ts, key, at + "[1]", nullptr);
+    }
     const V2DataType t = parse_v2_dtype(f[1], key, at + "[1]");
     sf.type = t.type;
     sf.order = t.order;
@@ -268,9 +316,11 @@ ArrayMetadata parse_v2_array(const json& j, const json& zattrs, const std::strin
     if (c == 0) bad(key, "chunks", "chunk dimensions must be > 0");
 
   V2Info info;
+  field = "filters";
+  info.filters = j.value("filters", json());
   field = "dtype";
   info.dtype = j["dtype"];
-  const V2DataType t = parse_v2_dtype(info.dtype, key);
+  const V2DataType t = parse_v2_dtype(info.dtype, key, "dtype", info.filters);
   m.data_type = t.type;
 
   field = "order";
@@ -288,7 +338,6 @@ ArrayMetadata parse_v2_array(const json& j, const json& zattrs, const std::strin
   info.compressor = j["compressor"];
   if (!info.compressor.is_null() && !info.compressor.is_object())
     bad(key, "compressor", "expected null or a codec object {\"id\": ...}, got " + info.compressor.dump());
-  info.filters = j.value("filters", json());
   if (!info.filters.is_null() && !info.filters.is_array())
     bad(key, "filters", "expected null or a list of codec objects, got " + info.filters.dump());
 
@@ -328,7 +377,7 @@ void ArrayMetadata::validate_v2(const std::string& key) const {
     return;
   }
   if (v2->order != 'C' && v2->order != 'F') bad(key, "order", "expected 'C' or 'F'");
-  const V2DataType t = parse_v2_dtype(v2->dtype, key);
+  const V2DataType t = parse_v2_dtype(v2->dtype, key, "dtype", v2->filters);
   if (!(t.type == data_type))
     bad(key, "dtype", v2->dtype.dump() + " does not describe the data type " + data_type.describe());
   if (!v2->compressor.is_null() && !v2->compressor.is_object()) bad(key, "compressor", "expected null or an object");
@@ -340,6 +389,7 @@ V2Info ArrayMetadata::v2_info(const std::string& key) const {
   V2Info info;
   ByteOrder order = ByteOrder::unspecified;
   std::vector<json> b2b;
+  json object_codec;  // vlen-utf8 / vlen-bytes: the first v2 filter
   bool seen_bytes = false;
   for (std::size_t i = 0; i < codecs.size(); ++i) {
     const json& c = codecs[i];
@@ -356,6 +406,9 @@ V2Info ArrayMetadata::v2_info(const std::string& key) const {
       if (i != 0 || !(axes == identity || axes == "C" || axes == reversed || axes == "F"))
         throw UnsupportedError(key, at, "transpose order " + axes.dump() + " has no Zarr v2 form (only C or F order)");
       info.order = axes == identity || axes == "C" ? 'C' : 'F';
+    } else if ((name == "vlen-utf8" || name == "vlen-bytes") && !seen_bytes) {
+      seen_bytes = true;
+      object_codec = json{{"id", name}};
     } else if (name == "bytes" && !seen_bytes) {
       seen_bytes = true;
       const json endian = config.is_object() ? config.value("endian", json()) : json();
@@ -366,19 +419,20 @@ V2Info ArrayMetadata::v2_info(const std::string& key) const {
       throw UnsupportedError(key, at, "codec '" + name + "' has no Zarr v2 form");
     }
   }
-  if (!seen_bytes) throw UnsupportedError(key, "codecs", "a Zarr v2 array needs the bytes codec");
+  if (!seen_bytes) throw UnsupportedError(key, "codecs", "a Zarr v2 array needs the bytes codec (or vlen-utf8 / vlen-bytes)");
   info.dtype = v2_dtype_to_json(data_type, order);
   if (!b2b.empty()) {
     info.compressor = b2b.back();
     b2b.pop_back();
   }
+  if (!object_codec.is_null()) b2b.insert(b2b.begin(), object_codec);
   if (!b2b.empty()) info.filters = json(b2b);
   return info;
 }
 
 json ArrayMetadata::v2_codecs(const std::string& key) const {
   const V2Info info = v2_info(key);
-  const V2DataType t = parse_v2_dtype(info.dtype, key);
+  const V2DataType t = parse_v2_dtype(info.dtype, key, "dtype", info.filters);
   ByteOrder order = t.order;
   if (!v2 && data_type.is_structured())  // derived: fields without an order use the bytes codec's
     for (const auto& c : codecs)

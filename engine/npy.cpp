@@ -423,6 +423,10 @@ void put_descr(std::string& out, DataType t, std::size_t depth, bool quoted) {
     case DataTypeKind::bytes: out += q + ("|S" + std::to_string(t.length())) + q; return;
     case DataTypeKind::unicode: out += q + ("<U" + std::to_string(t.length())) + q; return;
     case DataTypeKind::structured: break;
+    case DataTypeKind::string:
+    case DataTypeKind::vlen_bytes:
+      unsupported("descr", "variable-length " + t.describe() +
+                               " elements cannot be written as .npy (NumPy keeps them only as pickled objects)");
     default:
       for (const auto& c : kCodes)
         if (c.kind == t.kind()) out += q + ((t.size() == 1 ? "|" : "<") + std::string(c.code)) + q;

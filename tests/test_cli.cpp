@@ -548,6 +548,10 @@ TEST_CASE("cli: nested and subarray structured .npy files round-trip through imp
       ok(dir, {"import", "s.npy", "s" + fmt, "--zarr-format", fmt, "--chunks", "2,2", "--endian", "big"});
       ok(dir, {"export", "s" + fmt, "s" + fmt + ".npy"});
       CHECK(test::read_file(dir / ("s" + fmt + ".npy")) == test::read_file(dir / "s.npy"));
+      // numpy.load sees the nested / subarray descr and exactly these bytes.
+      if (const std::string py = numpy_python(); !py.empty())
+        CHECK(numpy_check(dir, py, (dir / ("s" + fmt + ".npy")).string(), npy_descr(t),
+                          plain_hex(as_string(a.data))) == "");
       ok(dir, {"export", "s" + fmt, "r" + fmt + ".npy", "--region", "1:4,2:3"});
       CHECK(test::read_file(dir / ("r" + fmt + ".npy")) == encode_npy(slice(a, Region::parse("1:4,2:3", a.shape))));
       const auto info = nlohmann::json::parse(ok(dir, {"info", "s" + fmt}).out);
@@ -565,6 +569,28 @@ TEST_CASE("cli: nested and subarray structured .npy files round-trip through imp
                                       << R"(, "compressor": null, "fill_value": null, "order": "C", "filters": null})";
   fails(dir, {"export", "deep", "deep.npy"}, "nested deeper than 16");
   CHECK_FALSE(fs::exists(dir / "deep.npy"));
+}
+
+TEST_CASE("cli: info names variable-length string types; export refuses them with a clear message") {
+  REQUIRE_CLI();
+  TempDir dir;
+  fs::create_directories(dir / "s");
+  std::ofstream(dir / "s/zarr.json") << R"({"zarr_format": 3, "node_type": "array", "shape": [2], "data_type": "string",
+    "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2]}},
+    "chunk_key_encoding": {"name": "default"}, "fill_value": "", "codecs": [{"name": "vlen-utf8"}]})";
+  fs::create_directories(dir / "o");
+  std::ofstream(dir / "o/.zarray") << R"({"zarr_format": 2, "shape": [2], "chunks": [2], "dtype": "|O",
+    "compressor": null, "fill_value": null, "order": "C", "filters": [{"id": "vlen-bytes"}]})";
+  CHECK(nlohmann::json::parse(ok(dir, {"info", "s"}).out)["data_type"] == "string");
+  CHECK(nlohmann::json::parse(ok(dir, {"info", "o"}).out)["dtype"] == "|O");
+  fails(dir, {"export", "s", "s.npy"}, "variable-length string elements cannot be written as .npy");
+  fails(dir, {"export", "o", "o.npy"}, "variable-length bytes elements cannot be written as .npy");
+  CHECK_FALSE(fs::exists(dir / "s.npy"));
+  std::ofstream(dir / "o/.zarray") << R"({"zarr_format": 2, "shape": [2], "chunks": [2], "dtype": "|O",
+    "compressor": null, "fill_value": null, "order": "C", "filters": [{"id": "pickle"}]})";
+  // info shows a v2 document as it is (as for unknown compressors); export opens the array.
+  CHECK(nlohmann::json::parse(ok(dir, {"info", "o"}).out)["filters"][0]["id"] == "pickle");
+  fails(dir, {"export", "o", "o.npy"}, "unsupported object codec 'pickle'");
 }
 
 TEST_CASE("b34 and b43: overflowing shapes and bad regions exit 2 with one line; small regions read exactly") {

@@ -560,9 +560,14 @@ TEST_CASE("pipeline parse errors are typed and name the field", "[codecs][pipeli
               UnsupportedError, "codecs[1]", "unsupported codec 'foo'");
   CHECK_ERROR(parse(R"([{"name":"foo","must_understand":true},"bytes"])", DataTypeKind::uint8, {4}),
               UnsupportedError, "codecs[0]", "'foo'");
-  for (const char* unknown : {"numcodecs.bz2", "vlen-utf8"})
+  for (const char* unknown : {"numcodecs.bz2", "vlen-array"})
     CHECK_ERROR(parse(std::string(R"(["bytes",{"name":")") + unknown + "\"}]", DataTypeKind::uint8, {4}),
                 UnsupportedError, "codecs[1]", unknown);
+  // vlen-utf8 is known (an array-to-bytes codec) but needs the string type.
+  CHECK_ERROR(parse(R"(["bytes",{"name":"vlen-utf8"}])", DataTypeKind::uint8, {4}), InvalidMetadata, "codecs",
+              "more than one array-to-bytes codec");
+  CHECK_ERROR(parse(R"([{"name":"vlen-utf8"}])", DataTypeKind::uint8, {4}), InvalidMetadata, "codecs[0].configuration",
+              "needs the data type string");
   CHECK_ERROR(parse(R"([{"name":"bytes","configuration":{"endian":"little"}},{"name":"bytes","configuration":{"endian":"big"}}])", i32, {4}),
               InvalidMetadata, "codecs", "more than one array-to-bytes codec");
   CHECK_ERROR(parse(R"([{"name":"gzip","configuration":{"level":1}},{"name":"bytes","configuration":{"endian":"little"}}])", i32, {4}),

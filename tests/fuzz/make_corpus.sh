@@ -135,6 +135,15 @@ for p in docs['.zarray']:
         put('fuzz_array_read', 'v2_' + rel(os.path.dirname(p)), doc + b'\0' + open(c, 'rb').read())
         n_v2 += 1
 
+# Variable-length strings and bytes (v3 vlen-utf8, v2 "|O" vlen-bytes), written here by hand.
+put('fuzz_array_read', 'strings_v3_vlen_utf8',
+    b'{"zarr_format":3,"node_type":"array","shape":[3],"data_type":"string","chunk_grid":{"name":"regular",'
+    b'"configuration":{"chunk_shape":[3]}},"chunk_key_encoding":{"name":"default"},"fill_value":"f",'
+    b'"codecs":[{"name":"vlen-utf8"}]}\0' + bytes.fromhex('03000000 01000000 61 00000000 02000000 c3a9'))
+put('fuzz_array_read', 'strings_v2_vlen_bytes',
+    b'2{"zarr_format":2,"shape":[2],"chunks":[2],"dtype":"|O","compressor":null,"fill_value":null,'
+    b'"order":"C","filters":[{"id":"vlen-bytes"}]}\0' + bytes.fromhex('02000000 02000000 00ff 00000000'))
+
 # ---- fill values and data types (fuzz_fill_value selectors) ----
 CORE = ['bool', 'int8', 'int16', 'int32', 'int64', 'uint8', 'uint16', 'uint32', 'uint64',
         'float16', 'float32', 'float64', 'complex64', 'complex128']

@@ -12,6 +12,7 @@
 //   (u)int64        decimal strings (exact beyond 2^53)
 //   float*          numbers, or "NaN" / "Infinity" / "-Infinity"
 //   complex*        [re, im] pairs of the float form
+//   string          the text (vlen-utf8)
 // `bits` (float and complex types) holds each element's IEEE bits as hex
 // strings ("0x3c00"; [re, im] pairs for complex): non-NaN floats must match
 // bit for bit (so -0 differs from +0); any NaN matches an expected NaN.
@@ -108,6 +109,7 @@ const DTYPES = {
   float64: { kind: "float", size: 8, components: 1 },
   complex64: { kind: "float", size: 4, components: 2 },
   complex128: { kind: "float", size: 8, components: 2 },
+  string: { kind: "string" },
 };
 
 function readBits(view, byteOffset, size) {
@@ -171,6 +173,10 @@ function compareElement(dtype, data, view, offset, expected, expectedBits) {
     case "bigint": {
       const actual = data[offset];
       return actual === BigInt(expected) ? null : `got ${actual}, want ${expected}`;
+    }
+    case "string": {
+      const actual = data[offset];
+      return actual === expected ? null : `got ${JSON.stringify(actual)}, want ${JSON.stringify(expected)}`;
     }
     case "float": {
       const parts = info.components === 1 ? [expected] : expected;

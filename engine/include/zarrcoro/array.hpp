@@ -186,6 +186,48 @@ class Array {
   // The caller keeps `in` alive until the awaitable completes.
   awaitable<void> write(Region region, ByteSpan in) const;
 
+  // Variable-length strings and bytes (data type string / bytes in v3, "|O"
+  // with a vlen-utf8 / vlen-bytes object codec in v2; see dtype.hpp). Their
+  // elements are never exposed as raw bytes: read / write / append on such
+  // an array raise InvalidArgument(field "data_type"), and read_strings /
+  // write_strings on any other array do the same.
+  //
+  // read_strings returns region.num_elements() values in C order over the
+  // region: for string arrays UTF-8 text, for bytes arrays arbitrary bytes
+  // (a std::string is used as a byte container). Missing chunks read as
+  // fill_value (the empty string unless the metadata says otherwise).
+  // write_strings stores `in` (region.num_elements() values, C order; the
+  // caller keeps them alive until the awaitable completes); a partial chunk
+  // is read, merged and re-encoded (read-modify-write, as write). A chunk
+  // whose every value equals fill_value is not stored.
+  // Decoding and encoding run on the codec pool in batches, like read and
+  // write; read_strings turns the decoded chunks into strings there too.
+  // Limits: one value and one chunk's encoded stream at most 2^32 - 1 bytes
+  // (the u32 lengths of the encoding); a decoded chunk stream at most
+  // codecs::kMaxVlenChunkBytes (1 GiB). Sharding with vlen inner chunks works
+  // (partial shard reads and writes included).
+  // Errors: InvalidArgument (wrong data type, region, count of values; field
+  // "buffer" for the count), InvalidArgument naming the chunk key for a
+  // value written to a string array that is not valid UTF-8, CorruptChunk
+  // (key = chunk key, field "vlen-utf8" / "vlen-bytes") for malformed
+  // encoded chunks: a count other than the chunk's element count, a length
+  // running past the end, invalid UTF-8; StoreError, Cancelled.
+  // Thread-safety and cancellation as read / write.
+  awaitable<std::vector<std::string>> read_strings(Region region) const;
+  awaitable<void> write_strings(Region region, std::span<const std::string> in) const;
+  std::vector<std::string> read_strings_blocking(const Region& region) const;
+  void write_strings_blocking(const Region& region, std::span<const std::string> in) const;
+  // Token forms: complete with void(std::exception_ptr, std::vector<std::string>)
+  // and void(std::exception_ptr).
+  template <class Token>
+  auto async_read_strings(Region region, Token&& token) const {
+    return detail::async_spawn(get_executor(), read_strings(std::move(region)), std::forward<Token>(token));
+  }
+  template <class Token>
+  auto async_write_strings(Region region, std::span<const std::string> in, Token&& token) const {
+    return detail::async_spawn(get_executor(), write_strings(std::move(region), in), std::forward<Token>(token));
+  }
+
   // Token forms of read and write: same arguments, results and errors;
   // complete with void(std::exception_ptr) (read into a buffer, write) or
   // void(std::exception_ptr, NdArray). The caller keeps `out` / `in` alive

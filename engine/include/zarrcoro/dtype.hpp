@@ -13,6 +13,13 @@
 // stored byte order (Zarr v2 `[["flux", ">f4"], ["mask", "<i4"]]`), which the
 // `bytes` codec honours field by field; fields that declare none use the
 // codec's `endian`.
+//
+// Variable-length strings and bytes (kinds `string` and `vlen_bytes`;
+// zarr-extensions data types `string` and `bytes`, codecs vlen-utf8 and
+// vlen-bytes) have no fixed element: inside the engine each element is a
+// 16-byte view into bytes the operation owns (codecs/vlen.hpp), and the
+// public API exchanges them as std::string only (Array::read_strings /
+// write_strings).
 #pragma once
 
 #include <cstddef>
@@ -43,6 +50,13 @@ enum class DataTypeKind : std::uint8_t {
   bytes,       // fixed-length byte string, NumPy "S<n>" (v3 null_terminated_bytes)
   unicode,     // fixed-length string of UTF-32 code units, NumPy "U<n>" (v3 fixed_length_utf32)
   structured,  // a packed record of named fields, NumPy structured dtype (v3 struct)
+  // Variable-length kinds (zarr-extensions data types `string` and `bytes`;
+  // Zarr v2 "|O" with a vlen-utf8 / vlen-bytes object codec). They are read
+  // and written through Array::read_strings / write_strings, never as raw
+  // element bytes; size() is the 16 bytes of the engine's internal element
+  // (a view), which no public buffer exposes.
+  string,      // UTF-8 text of any length (codec vlen-utf8)
+  vlen_bytes,  // bytes of any length (codec vlen-bytes)
 };
 
 // The stored byte order of multi-byte values; `unspecified` leaves it to the
@@ -69,18 +83,21 @@ class DataType {
   static DataType fixed_unicode(std::size_t chars);
   // A packed record of `fields` in order (offsets are computed; no padding).
   // Raises InvalidArgument(field "fields") for no fields, an empty or
-  // duplicate name, a field of zero size, or a record larger than
-  // kMaxElementBytes.
+  // duplicate name, a field of zero size or of variable length, or a
+  // record larger than kMaxElementBytes.
   static DataType structured(std::vector<StructField> fields);
 
   // Parses a Zarr v3 core data type name ("int32", "float16", "complex64",
-  // ...). Returns nullopt for any other name (parametrized types are parsed
-  // from their JSON form by the metadata layer).
+  // ...), or "string" / "bytes" (variable length; "variable_length_bytes",
+  // zarr-python 3's name, is read as "bytes"). Returns nullopt for any other
+  // name (parametrized types are parsed from their JSON form by the metadata
+  // layer).
   static std::optional<DataType> from_name(std::string_view name);
 
   constexpr DataTypeKind kind() const { return kind_; }
   // The Zarr v3 name, e.g. "uint16"; "null_terminated_bytes",
-  // "fixed_length_utf32" and "struct" for the parametrized kinds.
+  // "fixed_length_utf32" and "struct" for the parametrized kinds; "string"
+  // and "bytes" for the variable-length ones.
   std::string_view name() const;
   // A short readable form: "int32", "S5", "U4", "{flux: >float32, mask: >int32}".
   std::string describe() const;
@@ -100,6 +117,8 @@ class DataType {
   bool is_integer() const;  // int*/uint*
   bool is_signed() const;   // int*
   bool is_structured() const { return kind_ == DataTypeKind::structured; }
+  // string or vlen_bytes: elements of variable length.
+  bool is_variable_length() const { return kind_ == DataTypeKind::string || kind_ == DataTypeKind::vlen_bytes; }
 
   // One element's byte-reversal plan between native order and the stored
   // order: `count` consecutive `unit`-byte values starting at `offset` are

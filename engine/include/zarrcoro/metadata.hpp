@@ -45,7 +45,9 @@ struct ChunkKeyEncoding {
   static ChunkKeyEncoding from_json(const nlohmann::json& j, const std::string& key);
 };
 
-// One element's bytes in native byte order, `data_type.size()` long.
+// One element's bytes in native byte order, `data_type.size()` long; for
+// the variable-length types (string, bytes) the value's own bytes, of any
+// length (UTF-8 text for string; empty = the empty value).
 using FillValue = Bytes;
 
 // Parses a `fill_value` for `dtype` (numbers, "NaN", "Infinity", "-Infinity",
@@ -57,7 +59,9 @@ FillValue parse_fill_value(const nlohmann::json& j, DataType dtype, const std::s
 // the canonical quiet NaN is written as hex bits so its payload survives.
 // Parametrized kinds: null_terminated_bytes as base64, fixed_length_utf32 as
 // a string, struct as {"field": value, ...} (a base64 string of the record's
-// bytes in native order is accepted too).
+// bytes in native order is accepted too); variable-length string as the
+// text, bytes as base64 (zarr-python 3's forms; "variable_length_bytes" is
+// read as "bytes").
 nlohmann::json fill_value_to_json(const FillValue& fill, DataType dtype);
 
 // The Zarr v3 JSON form of a data type: a name for the core types, an object
@@ -76,8 +80,13 @@ struct V2DataType {
   DataType type;
   ByteOrder order = ByteOrder::unspecified;  // scalar types; structured: unspecified
 };
+// "|O" (NumPy object) needs `filters`, the array's filter list: its first
+// filter names the object codec, vlen-utf8 (DataTypeKind::string) or
+// vlen-bytes (vlen_bytes). No filter, or another object codec (vlen-array,
+// json2, pickle, msgpack2, ...), raises UnsupportedError naming "filters"
+// or "filters[0]"; "O" inside a structured type is refused too.
 V2DataType parse_v2_dtype(const nlohmann::json& j, const std::string& key,
-                          const std::string& field = "dtype");
+                          const std::string& field = "dtype", const nlohmann::json& filters = nullptr);
 nlohmann::json v2_dtype_to_json(DataType dtype, ByteOrder order);
 
 // What a Zarr v2 `.zarray` says beyond ArrayMetadata, kept so that writing
