@@ -44,7 +44,8 @@ json with_compressor(const json& chain, const std::string& codec, DataType t) {
   json out = json::array();
   for (const auto& c : chain) {
     out.push_back(c);
-    if (c.value("name", "") == "bytes") break;
+    const std::string name = c.value("name", "");
+    if (name == "bytes" || name == "vlen-utf8" || name == "vlen-bytes") break;
   }
   if (auto compressor = parse_codec(codec, t.size())) out.push_back(*compressor);
   return out;
@@ -186,17 +187,42 @@ Plan plan(const Array& src, const std::string& path, const ReencodeOptions& o) {
   return p;
 }
 
-// Copies the array block by block, reading the next block while writing one.
-void copy(Runtime& rt, const Plan& p, const Array& dst, const std::filesystem::path& src_dir,
-          const std::filesystem::path& dst_dir, Progress& progress) {
+// Copies the array block by block, reading the next block while writing
+// one: as bytes, or as strings for variable-length types.
+template <class Value, class Read, class Write>
+void copy_blocks(const Plan& p, Read read, Write write, const std::filesystem::path& src_dir,
+                 const std::filesystem::path& dst_dir, Progress& progress) {
   if (p.blocks == 0) return;
-  std::future<NdArray> next = p.src.async_read(p.region(0), boost::asio::use_future);
+  std::future<Value> next = read(p.region(0));
   for (std::uint64_t i = 0; i < p.blocks; ++i) {
-    NdArray data = at(src_dir, [&] { return next.get(); });
-    if (i + 1 < p.blocks) next = p.src.async_read(p.region(i + 1), boost::asio::use_future);
-    at(dst_dir, [&] { dst.write_blocking(p.region(i), data.data); });
-    progress.add(1, data.data.size());
+    Value data = at(src_dir, [&] { return next.get(); });
+    if (i + 1 < p.blocks) next = read(p.region(i + 1));
+    progress.add(1, at(dst_dir, [&] { return write(p.region(i), data); }));
   }
+}
+
+void copy(const Plan& p, const Array& dst, const std::filesystem::path& src_dir, const std::filesystem::path& dst_dir,
+          Progress& progress) {
+  using Strings = std::vector<std::string>;
+  if (p.meta.data_type.is_variable_length()) {
+    copy_blocks<Strings>(
+        p, [&](Region r) { return p.src.async_read_strings(std::move(r), boost::asio::use_future); },
+        [&](const Region& r, const Strings& v) {
+          dst.write_strings_blocking(r, v);
+          std::uint64_t bytes = 0;
+          for (const auto& s : v) bytes += s.size();
+          return bytes;
+        },
+        src_dir, dst_dir, progress);
+    return;
+  }
+  copy_blocks<NdArray>(
+      p, [&](Region r) { return p.src.async_read(std::move(r), boost::asio::use_future); },
+      [&](const Region& r, const NdArray& v) {
+        dst.write_blocking(r, v.data);
+        return static_cast<std::uint64_t>(v.data.size());
+      },
+      src_dir, dst_dir, progress);
 }
 
 }  // namespace
@@ -263,7 +289,7 @@ void cmd_reencode(const std::filesystem::path& src_dir, const std::filesystem::p
     const Array d = at(dst_dir, [&] {
       return Array::create_blocking(rt, dst, p.path, p.meta, p.path.empty() ? root_mode : CreateMode::fail_if_exists);
     });
-    copy(rt, p, d, src_dir, dst_dir, progress);
+    copy(p, d, src_dir, dst_dir, progress);
   }
   progress.finish();
   if (consolidated)

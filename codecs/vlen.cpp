@@ -56,6 +56,10 @@ class VlenCodec final : public ArrayToBytesCodec {
         throw InvalidArgument("", "", name() + ": item " + std::to_string(i) + " of the chunk is not valid UTF-8");
       total += 4 + v.size;
     }
+    if (total > kMaxVlenChunkBytes)  // else written, then unreadable: decoders stop there
+      throw InvalidArgument("", "", name() + ": the chunk's encoded stream would be " + std::to_string(total) +
+                                        " bytes, more than the " + std::to_string(kMaxVlenChunkBytes) +
+                                        " a chunk may hold (use smaller chunks)");
     out.resize(total);
     std::byte* p = out.data();
     store_u32(p, static_cast<std::uint32_t>(n));

@@ -125,7 +125,8 @@ std::optional<FillValue> parse_v2_fill(const json& j, const V2DataType& t, const
     if (!codecs::valid_utf8(text)) bad(key, "fill_value", "is not valid UTF-8");
     return FillValue(reinterpret_cast<const std::byte*>(text.data()), reinterpret_cast<const std::byte*>(text.data()) + text.size());
   }
-  if (dt.kind() == DataTypeKind::vlen_bytes) {  // base64 (zarr-python 3; zarr-python 2 writes only null)
+  if (dt.kind() == DataTypeKind::vlen_bytes) {  // base64 (zarr-python 3); zarr-python 2 writes null, or 0 by default
+    if (j.is_number() && j.get<double>() == 0) return FillValue{};  // b"", as missing chunks read there
     auto raw = j.is_string() ? detail::base64_decode(j.get<std::string>()) : std::nullopt;
     if (!raw) bad(key, "fill_value", "expected null or base64 text for \"|O\" vlen-bytes, got " + j.dump());
     return std::move(*raw);
@@ -178,7 +179,8 @@ json v2_float(const json& v3) {  // v3 writes NaN payloads as hex; v2 knows only
 json v2_fill_to_json(const FillValue& fill, const V2Info& info, DataType dt) {
   if (info.fill_value_null) return nullptr;
   if (dt.kind() == DataTypeKind::string) return std::string(reinterpret_cast<const char*>(fill.data()), fill.size());
-  if (dt.kind() == DataTypeKind::vlen_bytes) return detail::base64_encode(fill);
+  if (dt.kind() == DataTypeKind::vlen_bytes)  // empty: null, which zarr-python 2 reads too
+    return fill.empty() ? json(nullptr) : json(detail::base64_encode(fill));
   FillValue f = fill;
   if (f.empty()) f.assign(dt.size(), std::byte{0});
   switch (dt.kind()) {

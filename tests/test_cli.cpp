@@ -873,3 +873,30 @@ TEST_CASE("cli: reencode refuses what it cannot write, before writing") {
   CHECK_FALSE(fs::exists(dir / "v2"));
   CHECK_FALSE(fs::exists(dir / "x"));
 }
+
+TEST_CASE("cli: reencode copies string arrays as strings, v3 to v2 and back, with another compressor") {
+  REQUIRE_CLI();
+  TempDir dir;
+  const std::vector<std::string> values{"a", "bé", "", "日本", "x", "yy", "zzz"};
+  {
+    Runtime rt;
+    auto store = std::make_shared<FilesystemStore>(rt.io_executor(), dir / "src");
+    ArrayMetadata m;
+    m.shape = {7};
+    m.chunk_shape = {3};
+    m.data_type = DataTypeKind::string;
+    m.codecs = nlohmann::json::parse(R"([{"name": "vlen-utf8"}, {"name": "zstd", "configuration": {"level": 1}}])");
+    Array::create_blocking(rt, store, "", m).write_strings_blocking(Region::all({7}), values);
+  }
+  ok(dir, {"reencode", "src", "v2", "--zarr-format", "2", "--codec", "zlib:1", "-q"});
+  ok(dir, {"reencode", "v2", "back", "--zarr-format", "3", "--codec", "gzip:2", "-q"});
+  const auto zarray = nlohmann::json::parse(slurp(dir / "v2" / ".zarray"));
+  CHECK(zarray["dtype"] == "|O");
+  CHECK(zarray["filters"] == nlohmann::json::parse(R"([{"id": "vlen-utf8"}])"));
+  CHECK(zarray["compressor"]["id"] == "zlib");
+  const auto back = nlohmann::json::parse(slurp(dir / "back" / "zarr.json"));
+  CHECK(back["codecs"] == nlohmann::json::parse(R"([{"name": "vlen-utf8", "configuration": {}}, {"name": "gzip", "configuration": {"level": 2}}])"));
+  Runtime rt;
+  auto store = std::make_shared<FilesystemStore>(rt.io_executor(), dir / "back");
+  CHECK(Array::open_blocking(rt, store, "").read_strings_blocking(Region::all({7})) == values);
+}

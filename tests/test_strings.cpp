@@ -333,6 +333,18 @@ TEST_CASE("strings v2: \"|O\" needs a vlen-utf8 or vlen-bytes object codec; othe
   CHECK(o.read_strings_blocking(Region::all(o.shape())) == Strings(3, "zz"));
 }
 
+TEST_CASE("strings v2: vlen-bytes with zarr-python 2's default fill_value 0 opens, reads b\"\" where nothing is stored, writes null") {
+  Runtime rt;
+  auto store = std::make_shared<MemoryStore>();
+  const json zarray = {{"zarr_format", 2}, {"shape", {3}},   {"chunks", {2}},
+                       {"dtype", "|O"},    {"compressor", nullptr}, {"fill_value", 0},
+                       {"order", "C"},     {"filters", json::array({{{"id", "vlen-bytes"}}})}};
+  put(*store, "o/.zarray", bytes_of(zarray.dump()));
+  const Array o = Array::open_blocking(rt, store, "o");
+  CHECK(o.read_strings_blocking(Region::all(o.shape())) == Strings(3, ""));
+  CHECK(o.metadata().to_v2_json("o/.zarray")["fill_value"].is_null());  // what zarr-python 2 reads as "no fill"
+}
+
 TEST_CASE("strings v2: zarr-python 2.13 and zarrcoro read each other's vlen-utf8 and vlen-bytes arrays exactly",
           "[interop][v2]") {
   const char* py = "/usr/bin/python3";

@@ -202,9 +202,9 @@ class Array {
   // whose every value equals fill_value is not stored.
   // Decoding and encoding run on the codec pool in batches, like read and
   // write; read_strings turns the decoded chunks into strings there too.
-  // Limits: one value and one chunk's encoded stream at most 2^32 - 1 bytes
-  // (the u32 lengths of the encoding); a decoded chunk stream at most
-  // codecs::kMaxVlenChunkBytes (1 GiB). Sharding with vlen inner chunks works
+  // Limits: one chunk's encoded stream at most codecs::kMaxVlenChunkBytes
+  // (1 GiB; a write of a chunk beyond it raises InvalidArgument, a read of
+  // one CorruptChunk), so one value too. Sharding with vlen inner chunks works
   // (partial shard reads and writes included).
   // Errors: InvalidArgument (wrong data type, region, count of values; field
   // "buffer" for the count), InvalidArgument naming the chunk key for a
