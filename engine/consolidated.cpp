@@ -277,16 +277,22 @@ std::shared_ptr<const ConsolidatedView> parse_consolidated_v2(const json& zmetad
   return view;
 }
 
+NodeType v3_node_type(const json& doc, const std::string& key) {
+  if (!doc.is_object()) throw InvalidMetadata(key, "", "expected a JSON object");
+  if (doc.value("zarr_format", json()) != 3) throw InvalidMetadata(key, "zarr_format", "expected 3");
+  const auto type = doc.value("node_type", json());
+  if (type == "array") return NodeType::array;
+  if (type == "group") return NodeType::group;
+  throw InvalidMetadata(key, "node_type", "expected \"array\" or \"group\"");
+}
+
 awaitable<std::optional<NodeDocs>> load_node_docs(Store& store, std::string path) {
   const std::string prefix = node_prefix(path);
   const std::string v3_key = prefix + "zarr.json";
   if (auto doc = co_await store.get(v3_key)) {
     NodeDocs d;
     d.doc = parse_doc(*doc, v3_key);
-    if (!d.doc.is_object()) throw InvalidMetadata(v3_key, "", "expected a JSON object");
-    const auto type = d.doc.value("node_type", json());
-    if (type != "array" && type != "group") throw InvalidMetadata(v3_key, "node_type", "expected \"array\" or \"group\"");
-    d.node_type = type == "array" ? NodeType::array : NodeType::group;
+    d.node_type = v3_node_type(d.doc, v3_key);
     d.doc.erase("consolidated_metadata");  // a nested copy is not carried into another
     co_return d;
   }
@@ -318,29 +324,21 @@ awaitable<ConsolidationBase> consolidation_base(Store& store, std::string path, 
 
 awaitable<bool> consolidate(std::shared_ptr<Store> store, std::string path, int zarr_format,
                             std::vector<std::string> members, ConsolidationBase base) {
-  namespace asio = boost::asio;
   const std::string prefix = node_prefix(path);
-  const auto ex = co_await asio::this_coro::executor;
   json metadata = json::object();
   if (zarr_format == 2) {
     const auto own = co_await load_node_docs(*store, path);
     if (own) add_v2_entries(metadata, "", *own);
   }
-  constexpr std::size_t kBatch = 64;  // documents read at once
-  for (std::size_t start = 0; start < members.size(); start += kBatch) {
-    using Op = decltype(asio::co_spawn(ex, load_docs_of(store, std::string()), asio::deferred));
-    std::vector<Op> ops;
-    for (std::size_t i = start; i < std::min(members.size(), start + kBatch); ++i)
-      ops.push_back(asio::co_spawn(ex, load_docs_of(store, prefix + members[i]), asio::deferred));
-    auto group = asio::experimental::make_parallel_group(std::move(ops));
-    auto [order, errors, docs] = co_await group.async_wait(asio::experimental::wait_for_all(), asio::use_awaitable);
-    for (std::size_t k = 0; k < docs.size(); ++k) {
-      if (errors[k]) std::rethrow_exception(errors[k]);
-      if (!docs[k]) continue;  // removed since it was listed
-      const std::string& rel = members[start + k];
-      if (zarr_format == 2) add_v2_entries(metadata, rel, *docs[k]);
-      else metadata[rel] = v3_entry(*docs[k]);
-    }
+  std::vector<std::string> paths;
+  for (const auto& rel : members) paths.push_back(prefix + rel);
+  const auto loaded = co_await load_nodes_docs(store, std::move(paths));
+  for (std::size_t i = 0; i < loaded.size(); ++i) {
+    const auto& [docs, error] = loaded[i];
+    if (error) std::rethrow_exception(error);
+    if (!docs) continue;  // removed since it was listed
+    if (zarr_format == 2) add_v2_entries(metadata, members[i], *docs);
+    else metadata[members[i]] = v3_entry(*docs);
   }
   json doc;
   if (zarr_format == 2) {
@@ -357,6 +355,23 @@ awaitable<bool> consolidate(std::shared_ptr<Store> store, std::string path, int 
   wo.if_equal = base.generation;
   const auto written = co_await store->write(base.key, std::optional<Bytes>(std::move(bytes)), std::move(wo));
   co_return written.has_value();
+}
+
+awaitable<std::vector<DocsOrError>> load_nodes_docs(std::shared_ptr<Store> store, std::vector<std::string> paths) {
+  namespace asio = boost::asio;
+  const auto ex = co_await asio::this_coro::executor;
+  std::vector<DocsOrError> out;
+  constexpr std::size_t kBatch = 64;  // requests at once
+  for (std::size_t start = 0; start < paths.size(); start += kBatch) {
+    using Op = decltype(asio::co_spawn(ex, load_docs_of(store, std::string()), asio::deferred));
+    std::vector<Op> ops;
+    for (std::size_t i = start; i < std::min(paths.size(), start + kBatch); ++i)
+      ops.push_back(asio::co_spawn(ex, load_docs_of(store, paths[i]), asio::deferred));
+    auto group = asio::experimental::make_parallel_group(std::move(ops));
+    auto [order, errors, docs] = co_await group.async_wait(asio::experimental::wait_for_all(), asio::use_awaitable);
+    for (std::size_t k = 0; k < docs.size(); ++k) out.emplace_back(std::move(docs[k]), errors[k]);
+  }
+  co_return out;
 }
 
 awaitable<std::vector<std::string>> check_consolidated(Store& store, std::string path) {

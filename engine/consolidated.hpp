@@ -53,10 +53,20 @@ std::shared_ptr<const ConsolidatedView> parse_consolidated_v3(const nlohmann::js
 std::shared_ptr<const ConsolidatedView> parse_consolidated_v2(const nlohmann::json& zmetadata, const std::string& key,
                                                               NodeDocs& own);
 
+// The node type of the v3 node document `doc` read from `key`. Raises
+// InvalidMetadata(key, field) unless it is an object with zarr_format 3
+// and node_type "array" or "group".
+NodeType v3_node_type(const nlohmann::json& doc, const std::string& key);
+
 // The metadata of the node at `path` as stored, or nullopt if no node is
 // there. Raises InvalidMetadata naming a document that is not JSON or
 // names no node type.
 awaitable<std::optional<NodeDocs>> load_node_docs(Store& store, std::string path);
+
+// load_node_docs for each of `paths`, up to 64 requests at a time; each
+// with the error reading it raised (nullptr if none), in order.
+using DocsOrError = std::pair<std::optional<NodeDocs>, std::exception_ptr>;
+awaitable<std::vector<DocsOrError>> load_nodes_docs(std::shared_ptr<Store> store, std::vector<std::string> paths);
 
 // What consolidate() replaces: the document holding the copy (v3: the
 // group's zarr.json, which must be a v3 group; v2: `.zmetadata`, maybe

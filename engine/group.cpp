@@ -62,36 +62,20 @@ struct Docs {
   bool v3 = false, zarray = false, zgroup = false;
 };
 
-// The node_type in a v3 `zarr.json`; nullopt if the key vanished since it
-// was listed.
-awaitable<std::optional<NodeType>> v3_node_type(std::shared_ptr<Store> store, std::string key) {
-  const auto doc = co_await store->get(key);
-  if (!doc) co_return std::nullopt;
-  const auto j = detail::parse_doc(*doc, key);
-  if (!j.is_object()) throw InvalidMetadata(key, "", "expected a JSON object");
-  if (!j.contains("zarr_format") || j["zarr_format"] != 3) throw InvalidMetadata(key, "zarr_format", "expected 3");
-  if (j.contains("node_type") && j["node_type"] == "array") co_return NodeType::array;
-  if (j.contains("node_type") && j["node_type"] == "group") co_return NodeType::group;
-  throw InvalidMetadata(key, "node_type", "expected \"array\" or \"group\"");
-}
-
-// Reads the node types of the v3 documents `keys`, up to 64 at a time;
-// each with the error reading it raised (raised by the caller only for a
-// document that is a node: not one below an array).
+// The node types of the v3 documents `keys` (each "<node>/zarr.json"); nullopt
+// for one that vanished since it was listed; each with the error reading it
+// raised (raised by the caller only for a document that is a node: not one
+// below an array).
 using TypeOrError = std::pair<std::optional<NodeType>, std::exception_ptr>;
 awaitable<std::vector<TypeOrError>> v3_node_types(std::shared_ptr<Store> store, std::vector<std::string> keys) {
-  namespace asio = boost::asio;
-  const auto ex = co_await asio::this_coro::executor;
+  std::vector<std::string> paths;
+  for (const auto& key : keys) paths.push_back(key.substr(0, key.size() - std::string("/zarr.json").size()));
+  const auto loaded = co_await detail::load_nodes_docs(std::move(store), std::move(paths));
   std::vector<TypeOrError> out;
-  constexpr std::size_t kBatch = 64;
-  for (std::size_t start = 0; start < keys.size(); start += kBatch) {
-    using Op = decltype(asio::co_spawn(ex, v3_node_type(store, std::string()), asio::deferred));
-    std::vector<Op> ops;
-    for (std::size_t i = start; i < std::min(keys.size(), start + kBatch); ++i)
-      ops.push_back(asio::co_spawn(ex, v3_node_type(store, keys[i]), asio::deferred));
-    auto group = asio::experimental::make_parallel_group(std::move(ops));
-    auto [order, errors, types] = co_await group.async_wait(asio::experimental::wait_for_all(), asio::use_awaitable);
-    for (std::size_t k = 0; k < types.size(); ++k) out.emplace_back(types[k], errors[k]);
+  for (const auto& [docs, error] : loaded) {
+    std::optional<NodeType> type;
+    if (docs && docs->zarr_format == 3) type = docs->node_type;
+    out.emplace_back(type, error);
   }
   co_return out;
 }

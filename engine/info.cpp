@@ -6,20 +6,16 @@
 #include <zarrcoro/metadata.hpp>
 #include <zarrcoro/runtime.hpp>
 
+#include "engine/node.hpp"
+
 namespace zarrcoro {
 namespace {
 
 using ojson = nlohmann::ordered_json;
 
-std::string node_key(const std::string& path) {
-  if (path.empty()) return "zarr.json";
-  validate_key(path);
-  return path + "/zarr.json";
-}
+std::string node_key(const std::string& path) { return detail::node_prefix(path) + "zarr.json"; }
 
-nlohmann::json parse_doc(const Bytes& doc, const std::string& key) {
-  return parse_json({reinterpret_cast<const char*>(doc.data()), doc.size()}, key);
-}
+using detail::parse_doc;
 
 std::string node_type_of(const nlohmann::json& j) {
   return j.is_object() && j.contains("node_type") && j["node_type"].is_string() ? j["node_type"].get<std::string>()

@@ -11,6 +11,8 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 
+#include <zarrcoro/array.hpp>
+
 namespace zarrcoro::test {
 
 std::optional<std::filesystem::path> shared_dir() {
@@ -93,6 +95,21 @@ bool port_answers(std::uint16_t port) {
   } catch (...) {
     return false;
   }
+}
+
+std::string show(const std::vector<NodeEntry>& nodes) {
+  std::string s;
+  for (const auto& e : nodes)
+    s += e.name + (e.node_type == NodeType::array ? " array v" : " group v") + std::to_string(e.zarr_format) +
+         (e.implicit ? " implicit" : "") + "; ";
+  return s;
+}
+
+std::string zarrita_missing(const std::filesystem::path& interop) {
+  if (std::system("command -v node >/dev/null 2>&1") != 0) return "node is not on PATH";
+  if (!std::filesystem::is_directory(interop / "node_modules" / "zarrita"))
+    return "zarrita is not installed (npm ci --prefix " + interop.string() + " --no-audit --no-fund)";
+  return "";
 }
 
 }  // namespace zarrcoro::test

@@ -10,6 +10,10 @@
 
 #include <zarrcoro/bytes.hpp>
 
+namespace zarrcoro {
+struct NodeEntry;
+}
+
 namespace zarrcoro::test {
 
 // The read-only `shared/` folder beside the checkout (fixtures, cases), or
@@ -55,5 +59,12 @@ inline std::chrono::milliseconds scaled(std::chrono::milliseconds budget) {
 
 // True if something accepts TCP connections on 127.0.0.1:port.
 bool port_answers(std::uint16_t port);
+
+// Group members as one line: "a array v3; g group v2 implicit; ".
+std::string show(const std::vector<NodeEntry>& nodes);
+
+// Why the zarrita interop peer cannot run (node not on PATH, or zarrita not
+// installed under `interop`), or "" when it can.
+std::string zarrita_missing(const std::filesystem::path& interop);
 
 }  // namespace zarrcoro::test

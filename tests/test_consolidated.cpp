@@ -27,6 +27,7 @@
 
 using namespace zarrcoro;
 using nlohmann::json;
+using test::show;
 namespace asio = boost::asio;
 namespace fs = std::filesystem;
 
@@ -80,14 +81,6 @@ struct Fixture {
     Array::create_blocking(rt, store, "g/b", m);
   }
 };
-
-std::string show(const std::vector<NodeEntry>& v) {
-  std::string s;
-  for (const auto& e : v)
-    s += e.name + (e.node_type == NodeType::array ? " array v" : " group v") + std::to_string(e.zarr_format) +
-         (e.implicit ? " implicit" : "") + "; ";
-  return s;
-}
 
 template <class E, class F>
 std::string error_of(F&& f) {
@@ -499,10 +492,7 @@ TEST_CASE("zarrcoro consolidates; zarr-python 2 opens the hierarchy with open_co
 
 TEST_CASE("zarrita opens a v3 hierarchy zarrcoro consolidated from the root zarr.json alone", "[interop][zarrita]") {
   const fs::path interop = ZARRCORO_INTEROP_DIR;
-  std::string missing;
-  if (std::system("command -v node >/dev/null 2>&1") != 0) missing = "node is not on PATH";
-  else if (!fs::is_directory(interop / "node_modules" / "zarrita"))
-    missing = "zarrita is not installed (npm ci --prefix " + interop.string() + " --no-audit --no-fund)";
+  const std::string missing = test::zarrita_missing(interop);
   if (!missing.empty()) {
     if (std::getenv("CI")) FAIL("CI must run the zarrita interop test, but " << missing);
     WARN("SKIPPED: " << missing);

@@ -22,6 +22,7 @@
 
 using namespace zarrcoro;
 using nlohmann::json;
+using test::show;
 namespace asio = boost::asio;
 using Strings = std::vector<std::string>;
 
@@ -94,14 +95,6 @@ using Pair = std::pair<std::string, std::string>;
 
 NodeEntry node(std::string name, NodeType type, int zarr_format, bool implicit = false) {
   return {std::move(name), type, zarr_format, implicit};
-}
-
-std::string show(const std::vector<NodeEntry>& v) {
-  std::string s;
-  for (const auto& e : v)
-    s += e.name + (e.node_type == NodeType::array ? " array v" : " group v") + std::to_string(e.zarr_format) +
-         (e.implicit ? " implicit" : "") + "; ";
-  return s;
 }
 
 }  // namespace

@@ -455,10 +455,7 @@ TEST_CASE("zarrita reads every data type and codec chain that zarrcoro writes", 
   const fs::path interop = ZARRCORO_INTEROP_DIR;
   const fs::path script = interop / "read_with_zarrita.mjs";
   const auto node = find_on_path("node");
-  std::string missing;
-  if (!node) missing = "node is not on PATH";
-  else if (!fs::is_directory(interop / "node_modules" / "zarrita"))
-    missing = "zarrita is not installed (npm ci --prefix " + interop.string() + " --no-audit --no-fund)";
+  const std::string missing = node ? test::zarrita_missing(interop) : "node is not on PATH";
   if (!missing.empty()) {
     if (std::getenv("CI")) FAIL("CI must run the zarrita interop test, but " << missing);
     WARN("SKIPPED: " << missing);
