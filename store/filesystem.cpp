@@ -1,5 +1,6 @@
 #include <zarrcoro/store/filesystem.hpp>
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sys/file.h>
@@ -308,7 +309,7 @@ int FilesystemStore::open_at(const std::string& path, int flags, mode_t mode) co
 int FilesystemStore::open_beneath(const std::string& key, const std::string& path, int flags, mode_t mode) const {
   int fd = open_at(path, flags, mode);
   if (fd >= 0 || (errno != EXDEV && errno != ELOOP)) return fd;
-  const fs::path real = resolve(path.empty() ? key : path);
+  const fs::path real = resolve(key, path.empty() ? key : path);
   fd = open_at(real.lexically_relative(root_).string(), flags, mode);
   if (fd < 0 && (errno == EXDEV || errno == ELOOP))
     throw StoreError(key, "", "refusing to follow a symlink out of the store root " + in_quotes(root_));
@@ -323,10 +324,7 @@ int FilesystemStore::open_dir(const std::string& key, const std::string& dir, bo
   if (create) root_fd(true);
   int fd = open_beneath(key, path, O_RDONLY | O_DIRECTORY);
   if (fd < 0 && errno == ENOENT && create) {
-    std::error_code ec;
-    const fs::path real = dir.empty() ? root_ : resolve(dir);
-    fs::create_directories(real, ec);
-    if (ec) throw StoreError(key, "", "cannot create directory " + in_quotes(real) + ": " + ec.message());
+    make_dirs(key, dir);
     fd = open_beneath(key, path, O_RDONLY | O_DIRECTORY);
     if (fd >= 0 && durable_) {
       // New directory entries survive a power loss only once their parents are flushed.
@@ -345,11 +343,33 @@ int FilesystemStore::open_dir(const std::string& key, const std::string& dir, bo
   return fd;
 }
 
-// root/key with symlinks resolved; StoreError if that leaves the root.
-fs::path FilesystemStore::resolve(const std::string& key) const {
+// Creates the missing directories of `dir` below the root: each one with
+// mkdirat(2) in its parent, a directory the kernel opened beneath the root.
+// A directory swapped for a symlink meanwhile is refused by that open, so
+// nothing is ever created outside the root (a path resolved in user space
+// and then created could be).
+void FilesystemStore::make_dirs(const std::string& key, const std::string& dir) const {
+  int parent = open_beneath(key, ".", O_RDONLY | O_DIRECTORY);
+  if (parent < 0) fail(key, "cannot open the store root " + in_quotes(root_), errno);
+  for (std::size_t begin = 0; begin <= dir.size();) {
+    FdGuard guard{parent};
+    const std::size_t end = std::min(dir.find('/', begin), dir.size());
+    const std::string path = dir.substr(0, end);
+    if (::mkdirat(parent, path.c_str() + begin, 0777) != 0 && errno != EEXIST)
+      fail(key, "cannot create directory " + in_quotes(root_ / path), errno);
+    parent = open_beneath(key, path, O_RDONLY | O_DIRECTORY);  // follows links inside the root
+    if (parent < 0) fail(key, "cannot create directory " + in_quotes(root_ / path), errno);
+    begin = end + 1;
+  }
+  close_fd(parent);
+}
+
+// root/path with symlinks resolved; StoreError naming `key` if that leaves
+// the root.
+fs::path FilesystemStore::resolve(const std::string& key, const std::string& path) const {
   std::error_code ec;
-  fs::path p = fs::weakly_canonical(root_ / key, ec);
-  if (ec) throw StoreError(key, "", "cannot resolve " + in_quotes(root_ / key) + ": " + ec.message());
+  fs::path p = fs::weakly_canonical(root_ / path, ec);
+  if (ec) throw StoreError(key, "", "cannot resolve " + in_quotes(root_ / path) + ": " + ec.message());
   if (!within(root_, p) || p == root_)
     throw StoreError(key, "", "refusing to follow a symlink out of the store root " + in_quotes(root_));
   return p;
@@ -451,10 +471,26 @@ bool read_into(int fd, Bytes& out, std::uint64_t begin, std::size_t& done, bool 
 
 }  // namespace
 
-// A blocking read (on the pool).
+// Reads extent `e` of the open `fd` into result.value with blocking reads.
+void FilesystemStore::read_blocking(const std::string& key, int fd, const ByteExtent& e, ReadResult& result) const {
+  Bytes out(e.size());
+  std::size_t done = 0;
+  int err = 0;
+  if (read_into(fd, out, e.begin, done, false, err) && done < out.size())
+    fail(key, "cannot read " + in_quotes(root_ / key), err);
+  out.resize(done);
+  result.value = std::move(out);
+}
+
+// A whole read with blocking calls (on the pool, when io_uring is unavailable).
 ReadResult FilesystemStore::read_now(const std::string& key, const ReadOptions& options) const {
-  ReadMiss miss;
-  return *read_file(key, options, false, miss);
+  ReadResult result;
+  std::uint64_t size = 0;
+  const int fd = open_checked(key, options, size, result);
+  if (fd < 0) return result;
+  FdGuard guard{fd};
+  read_blocking(key, fd, clip(options.range, size), result);
+  return result;
 }
 
 // Creates the temporary file of `temp.key` (and its directory if needed).
@@ -577,113 +613,147 @@ bool FilesystemStore::exists_now(const std::string& key) const {
 
 // A temporary file is stale when nothing has written it for stale_temp_age:
 // its writer was killed. Failures (raced by another cleaner) are ignored.
-void FilesystemStore::remove_if_stale(const fs::path& path) const {
+void FilesystemStore::remove_if_stale(int dir_fd, const char* name) const {
   if (stale_temp_age_.count() <= 0) return;
   struct stat st {};
-  if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return;
+  if (::fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) return;
   const auto written = std::chrono::system_clock::from_time_t(st.st_mtim.tv_sec);
-  if (std::chrono::system_clock::now() - written > stale_temp_age_) ::unlink(path.c_str());
+  if (std::chrono::system_clock::now() - written > stale_temp_age_) ::unlinkat(dir_fd, name, 0);
 }
 
+namespace {
+
+struct DirCloser {
+  void operator()(DIR* d) const { ::closedir(d); }
+};
+
+}  // namespace
+
+// Walks the directories with descriptors: the start is opened beneath the
+// root by the kernel, each subdirectory with openat(O_NOFOLLOW) in its
+// parent, so a directory swapped for a symlink meanwhile is never walked
+// (a path-based walk could list names outside the root). Directory links
+// are not descended into; a file link is listed when it leads to a regular
+// file inside the root, as a read of it would.
 std::vector<std::string> FilesystemStore::list_now(const std::string& prefix) const {
   std::vector<std::string> keys;
   // Start at the deepest directory the prefix names.
   const std::string dir = prefix.substr(0, prefix.rfind('/') + 1);  // "" or "a/b/"
-  fs::path start = root_;
   if (!dir.empty()) {
     try {
       validate_key(dir.substr(0, dir.size() - 1));
     } catch (const InvalidArgument&) {
       return keys;  // no valid key starts with this prefix
     }
-    start = resolve(dir.substr(0, dir.size() - 1));
   }
-  // Depth-first walk; directories vanishing under a concurrent erase are skipped.
-  auto walk = [&](auto& self, const fs::path& path, const std::string& rel) -> void {
-    std::error_code ec;
-    fs::directory_iterator it(path, ec), end;
-    if (ec) {
-      if (ec == std::errc::no_such_file_or_directory || ec == std::errc::not_a_directory) return;
-      throw StoreError(prefix, "", "cannot list " + in_quotes(path) + ": " + ec.message());
+  const int start = open_beneath(prefix, dir.empty() ? "." : dir.substr(0, dir.size() - 1), O_RDONLY | O_DIRECTORY);
+  if (start < 0) {
+    if (errno == ENOENT || errno == ENOTDIR) return keys;
+    fail(prefix, "cannot list " + in_quotes(root_ / dir), errno);
+  }
+  // Depth-first; directories vanishing under a concurrent erase are skipped.
+  auto walk = [&](auto& self, int fd, const std::string& rel) -> void {
+    const std::unique_ptr<DIR, DirCloser> d(::fdopendir(fd));  // owns fd
+    if (!d) {
+      const int err = errno;
+      close_fd(fd);
+      fail(prefix, "cannot list " + in_quotes(root_ / rel), err);
     }
-    for (; it != end; it.increment(ec)) {
-      if (ec) break;
-      const std::string name = it->path().filename().string();
+    for (errno = 0; const dirent* e = ::readdir(d.get()); errno = 0) {
+      const std::string name = e->d_name;
+      if (name == "." || name == "..") continue;
       const std::string key = rel + name;
-      std::error_code sec;
-      if (it->is_directory(sec) && !it->is_symlink(sec)) {
+      unsigned char type = e->d_type;
+      if (type == DT_UNKNOWN) {  // file systems that do not fill d_type
+        struct stat st {};
+        if (::fstatat(::dirfd(d.get()), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // gone
+        type = S_ISDIR(st.st_mode) ? DT_DIR : S_ISREG(st.st_mode) ? DT_REG : S_ISLNK(st.st_mode) ? DT_LNK : DT_UNKNOWN;
+      }
+      if (type == DT_DIR) {
         const std::string sub = key + "/";
-        if (sub.starts_with(prefix) || prefix.starts_with(sub)) self(self, it->path(), sub);
+        if (!sub.starts_with(prefix) && !prefix.starts_with(sub)) continue;
+        const int sub_fd = ::openat(::dirfd(d.get()), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (sub_fd >= 0) self(self, sub_fd, sub);
+        else if (errno != ENOENT && errno != ENOTDIR && errno != ELOOP)  // gone, or swapped for a file or link
+          fail(prefix, "cannot list " + in_quotes(root_ / key), errno);
       } else if (is_temp_name(name)) {
-        remove_if_stale(it->path());
-      } else if (it->is_regular_file(sec) && key.starts_with(prefix)) {
+        remove_if_stale(::dirfd(d.get()), e->d_name);
+      } else if (key.starts_with(prefix) && (type == DT_REG || (type == DT_LNK && link_to_file(key)))) {
         keys.push_back(key);
       }
     }
-    if (ec && ec != std::errc::no_such_file_or_directory)
-      throw StoreError(prefix, "", "cannot list " + in_quotes(path) + ": " + ec.message());
+    if (errno != 0 && errno != ENOENT) fail(prefix, "cannot list " + in_quotes(root_ / rel), errno);
   };
   walk(walk, start, dir);
   std::sort(keys.begin(), keys.end());
   return keys;
 }
 
-// Reads `key` with open, fstat, read(s) and close. `at_once`: only where
-// that is short work for the calling (I/O) thread: with io_uring, a range
-// of at most kReadNowBytes that the page cache holds (preadv2 RWF_NOWAIT);
-// otherwise nullopt, with `miss` saying why. Else a blocking read.
-std::optional<ReadResult> FilesystemStore::read_file(const std::string& key, const ReadOptions& options,
-                                                     bool at_once, ReadMiss& miss) const {
-  miss = ReadMiss::not_cached;
+// Whether the symlink at `key` leads to a regular file inside the root.
+bool FilesystemStore::link_to_file(const std::string& key) const {
+  try {
+    return exists_now(key);
+  } catch (const StoreError&) {
+    return false;  // it leaves the root, or cannot be followed: no key to read
+  }
+}
+
+// Reads extent `e` of the open `fd` into result.value if that is short work
+// for the calling (I/O) thread: at most kReadNowBytes, all in the page cache
+// (preadv2 RWF_NOWAIT). False, with nothing read, if not.
+bool FilesystemStore::read_cached(const std::string& key, int fd, const ByteExtent& e, ReadResult& result) const {
+  if (e.size() > kReadNowBytes || (e.size() > 0 && !nowait_reads_.load(std::memory_order_relaxed))) return false;
+  Bytes out(e.size());
+  std::size_t done = 0;
+  int err = 0;
+  if (read_into(fd, out, e.begin, done, true, err) && done < out.size()) {
+    if (err == EOPNOTSUPP) nowait_reads_ = false;  // the file system cannot say (NFS, FUSE)
+    if (err == EAGAIN || err == EOPNOTSUPP) return false;
+    fail(key, "cannot read " + in_quotes(root_ / key), err);
+  }
+  out.resize(done);
+  result.value = std::move(out);
+  return true;
+}
+
+// With io_uring only (else every operation goes to the pool): open, fstat,
+// read_cached, close.
+std::optional<ReadResult> FilesystemStore::try_read_now(const std::string& key, const ReadOptions& options) {
   validate_key(key);
-  if (at_once && !uses_io_uring()) return std::nullopt;  // every operation goes to the pool
+  if (!uses_io_uring()) return std::nullopt;
   ReadResult result;
   std::uint64_t size = 0;
   const int fd = open_checked(key, options, size, result);
   if (fd < 0) return result;
   FdGuard guard{fd};
-  const ByteExtent e = clip(options.range, size);
-  if (at_once && e.size() > kReadNowBytes) {
-    miss = ReadMiss::large;
-    return std::nullopt;
-  }
-  if (at_once && !nowait_reads_.load(std::memory_order_relaxed) && e.size() > 0) return std::nullopt;
-  Bytes out(e.size());
-  std::size_t done = 0;
-  int err = 0;
-  if (read_into(fd, out, e.begin, done, at_once, err) && done < out.size()) {
-    if (at_once && err == EOPNOTSUPP) nowait_reads_ = false;  // the file system cannot say (NFS, FUSE)
-    if (at_once && (err == EAGAIN || err == EOPNOTSUPP)) return std::nullopt;
-    fail(key, "cannot read " + in_quotes(root_ / key), err);
-  }
-  out.resize(done);
-  result.value = std::move(out);
-  return result;
+  if (read_cached(key, fd, clip(options.range, size), result)) return result;
+  return std::nullopt;
 }
 
-std::optional<ReadResult> FilesystemStore::try_read_now(const std::string& key, const ReadOptions& options) {
-  ReadMiss miss;
-  return read_file(key, options, true, miss);
-}
-
-// read_file at once, else: a range that is not in the page cache moves through
-// io_uring, whose kernel workers wait for the disk; a large cached one is
-// copied by a blocking read on the pool (io_uring would copy page-cached
-// data inline, on the submitting I/O thread).
+// With io_uring the file is opened once, here, and read at once when the
+// page cache holds a small range; a range that is not in the page cache
+// moves through io_uring, whose kernel workers wait for the disk; a large
+// one is copied by a blocking read on the pool (io_uring would copy
+// page-cached data inline, on the submitting I/O thread).
 awaitable<ReadResult> FilesystemStore::read(std::string key, ReadOptions options) {
-  ReadMiss miss;  // read_file validates the key first
-  if (auto now = read_file(key, options, true, miss)) co_return std::move(*now);
-  if (uses_io_uring() && miss == ReadMiss::not_cached) {
-    ReadResult result;
-    std::uint64_t size = 0;
-    const int fd = open_checked(key, options, size, result);
-    if (fd < 0) co_return result;
-    const ByteExtent e = clip(options.range, size);
-    Bytes out(e.size());
-    std::size_t done = 0;
-    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);  // io_uring would fail EAGAIN
-    std::string why;
-    if (auto file = wrap(io_, fd, why)) {
+  validate_key(key);
+  if (!uses_io_uring()) {
+    auto job = std::bind_front(&FilesystemStore::read_now, this, std::move(key), std::move(options));
+    co_return co_await offload(std::move(job));
+  }
+  ReadResult result;
+  std::uint64_t size = 0;
+  FdGuard guard{open_checked(key, options, size, result)};
+  if (guard.fd < 0) co_return result;
+  const ByteExtent e = clip(options.range, size);
+  if (read_cached(key, guard.fd, e, result)) co_return result;
+  std::string why;
+  if (e.size() <= kReadNowBytes) {
+    ::fcntl(guard.fd, F_SETFL, ::fcntl(guard.fd, F_GETFL) & ~O_NONBLOCK);  // io_uring would fail EAGAIN
+    if (auto file = wrap(io_, guard.fd, why)) {
+      guard.fd = -1;  // owned by `file`
+      Bytes out(e.size());
+      std::size_t done = 0;
       while (done < out.size()) {
         boost::system::error_code ec;
         const std::size_t n = co_await file->async_read_some_at(
@@ -697,11 +767,12 @@ awaitable<ReadResult> FilesystemStore::read(std::string key, ReadOptions options
       result.value = std::move(out);
       co_return result;
     }
-    close_fd(fd);
     disable_uring(why.c_str());
   }
-  auto job = std::bind_front(&FilesystemStore::read_now, this, std::move(key), std::move(options));
-  co_return co_await offload(std::move(job));
+  const int fd = guard.fd;
+  auto job = [this, &key, fd, &e, &result] { read_blocking(key, fd, e, result); };
+  co_await offload(std::move(job));
+  co_return result;
 }
 
 // With io_uring: the temporary file is created on the calling thread and

@@ -4,18 +4,21 @@
 #include <liburing.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <sys/inotify.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstddef>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <thread>
 
 #include <catch2/catch.hpp>
 
@@ -336,6 +339,87 @@ TEST_CASE("FilesystemStore: layout and atomic replace and errors", "[stores][fil
   }
 }
 
+// The swapper exchanges root/a (a real directory) with root/swap (a link to a
+// directory outside the root) as fast as it can, while the store writes or
+// lists through "a". A store that resolves a path in user space and then uses
+// the path (as create_directories and directory_iterator do) follows the link
+// when the exchange lands in between.
+class DirectorySwapper {
+ public:
+  DirectorySwapper(const fs::path& root, const fs::path& outside) : root_(root) {
+    fs::create_directories(root / "a");
+    fs::create_directory_symlink(outside, root / "swap");
+    thread_ = std::thread([this] {
+      const std::string a = root_ / "a", swap = root_ / "swap";
+      while (!stop_.load()) {
+        if (::syscall(SYS_renameat2, AT_FDCWD, a.c_str(), AT_FDCWD, swap.c_str(), RENAME_EXCHANGE) == 0)
+          swaps_.fetch_add(1);
+        std::this_thread::sleep_for(std::chrono::microseconds(swaps_.load() % 2 ? 10 : 40));  // mostly a directory
+      }
+    });
+  }
+  ~DirectorySwapper() { stop(); }
+  std::uint64_t stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    return swaps_.load();
+  }
+
+ private:
+  fs::path root_;
+  std::atomic<bool> stop_{false};
+  std::atomic<std::uint64_t> swaps_{0};
+  std::thread thread_;
+};
+
+TEST_CASE("FilesystemStore: a directory swapped for a symlink mid-write never creates anything outside the root",
+          "[stores][filesystem]") {
+  const bool components = GENERATE(false, true);
+  INFO((components ? "per-component openat" : "openat2"));
+  test::TempDir tmp("stores");
+  const fs::path root = tmp.path / "root", outside = tmp.path / "outside";
+  fs::create_directories(outside);
+  StoreHarness h(filesystem_factory(root, components ? kComponents : kUring));
+  DirectorySwapper swapper(root, outside);
+  int written = 0, refused = 0;
+  Strings other_keys;
+  for (int i = 0; i < 3000; ++i) {
+    try {
+      h.set("a/b/c/k", "x");  // creates a/b/c when missing
+      h.erase("a/b/c/k");     // prunes a/b/c and a/b again
+      ++written;
+    } catch (const StoreError& e) {  // "a" was the link when the store looked
+      ++refused;
+      if (e.key() != "a/b/c/k") other_keys.push_back(e.what());
+    }
+  }
+  CHECK(other_keys == Strings{});  // a refusal names the key written, not a directory on its way
+  INFO("swaps " << swapper.stop() << ", written " << written << ", refused " << refused);
+  CHECK(written > 0);
+  CHECK(files_below(outside) == Strings{});
+  CHECK(fs::is_empty(outside));
+}
+
+TEST_CASE("FilesystemStore: a directory swapped for a symlink mid-list never lists names outside the root",
+          "[stores][filesystem]") {
+  const bool components = GENERATE(false, true);
+  INFO((components ? "per-component openat" : "openat2"));
+  test::TempDir tmp("stores");
+  const fs::path root = tmp.path / "root", outside = tmp.path / "outside";
+  for (int i = 0; i < 8; ++i) spit(outside / ("secret" + std::to_string(i)), "secret");
+  StoreHarness h(filesystem_factory(root, components ? kComponents : kUring));
+  h.set("a/k", "inside");
+  h.set("z", "inside");
+  DirectorySwapper swapper(root, outside);
+  int lists = 0;
+  Strings leaked;
+  for (; lists < 3000 && leaked.empty(); ++lists)
+    for (const auto& key : h.list(""))
+      if (key.find("secret") != std::string::npos) leaked.push_back(key);
+  INFO("swaps " << swapper.stop() << ", lists " << lists);
+  CHECK(leaked == Strings{});
+}
+
 TEST_CASE("FilesystemStore: falls back at runtime when io_uring_setup is refused",
           "[stores][filesystem]") {
   test::TempDir tmp("stores");
@@ -436,6 +520,43 @@ TEST_CASE("CountingStore: counts every request exactly", "[stores][counting]") {
 
 TEST_CASE("CountingStore: rejects a null inner store", "[stores][counting]") {
   CHECK_THROWS_AS(CountingStore(nullptr), InvalidArgument);
+}
+
+TEST_CASE("FilesystemStore: a read opens its file once, small or large, cached or not", "[stores][filesystem]") {
+  const int mode = GENERATE(0, 1);
+  INFO((mode == 0 ? "io_uring" : "fallback pool"));
+  test::TempDir tmp("stores");
+  StoreHarness h(filesystem_factory(tmp.path, mode == 0 ? kUring : kFallback));
+  Bytes large((std::size_t{256} << 10) + 1);
+  for (std::size_t i = 0; i < large.size(); ++i) large[i] = std::byte(i * 7);
+  const Bytes small(large.begin(), large.begin() + 4096);
+  h.set("small", small);
+  h.set("large", large);
+  // inotify reports every open of a watched file.
+  const int in = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  REQUIRE(in >= 0);
+  auto opens = [&](const char* name, auto&& read) {
+    // (Closes are watched too: successive identical events would be merged.)
+    const int wd = ::inotify_add_watch(in, (tmp.path / name).c_str(), IN_OPEN | IN_CLOSE_NOWRITE);
+    REQUIRE(wd >= 0);
+    read();
+    int n = 0;
+    alignas(inotify_event) char buf[4096];
+    for (ssize_t got; (got = ::read(in, buf, sizeof buf)) > 0;)
+      for (char* p = buf; p < buf + got; p += sizeof(inotify_event) + reinterpret_cast<inotify_event*>(p)->len)
+        n += (reinterpret_cast<inotify_event*>(p)->mask & IN_OPEN) != 0;
+    ::inotify_rm_watch(in, wd);
+    return n;
+  };
+  CHECK(opens("small", [&] { CHECK(*h.get("small") == small); }) == 1);
+  CHECK(opens("large", [&] { CHECK(*h.get("large") == large); }) == 1);  // more than the at-once limit
+  const int fd = ::open((tmp.path / "small").c_str(), O_RDONLY);  // evicted: io_uring reads it
+  REQUIRE(fd >= 0);
+  ::fdatasync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+  CHECK(opens("small", [&] { CHECK(*h.get("small") == small); }) == 1);
+  ::close(in);
 }
 
 TEST_CASE("FilesystemStore: small page-cached reads are answered at once, large and cold ones are not",

@@ -43,7 +43,12 @@
 // absolute ones, resolved in user space then); a key whose path leaves the
 // root through a symlink is refused with StoreError. A write to a key that
 // is a symlink replaces the link, like an erase removes it (as zarr-python
-// and TensorStore do). list() does not descend into symlinked directories.
+// and TensorStore do). list() does not descend into symlinked directories;
+// it lists a file symlink when a read of it would succeed. Directories are
+// created (mkdirat) and walked (list) through descriptors opened beneath
+// the root, never by path, so a directory swapped for a symlink to the
+// outside while the store works cannot make it create or list anything
+// there. A read opens its file once, whatever path it then takes.
 #pragma once
 
 #include <atomic>
@@ -61,6 +66,8 @@
 struct stat;  // <sys/stat.h>
 
 namespace zarrcoro {
+
+struct ByteExtent;  // <zarrcoro/store/memory.hpp>
 
 struct FilesystemOptions {
   bool use_io_uring = true;       // false: always use the blocking fallback pool
@@ -164,15 +171,15 @@ class FilesystemStore : public Store {
   int open_at(const std::string& path, int flags, mode_t mode = 0) const;
   int open_beneath(const std::string& key, const std::string& path, int flags, mode_t mode = 0) const;
   int open_dir(const std::string& key, const std::string& dir, bool create) const;
-  std::filesystem::path resolve(const std::string& key) const;
+  void make_dirs(const std::string& key, const std::string& dir) const;
+  std::filesystem::path resolve(const std::string& key, const std::string& path) const;
   int open_for_read(const std::string& key, struct ::stat& st) const;
   int open_checked(const std::string& key, const ReadOptions& options, std::uint64_t& size,
                    ReadResult& result) const;
   Generation generation_at(const std::string& key, int dir_fd, const std::string& name) const;
   static bool openat2_works();
-  enum class ReadMiss { not_cached, large };
-  std::optional<ReadResult> read_file(const std::string& key, const ReadOptions& options, bool at_once,
-                                      ReadMiss& miss) const;
+  bool read_cached(const std::string& key, int fd, const ByteExtent& e, ReadResult& result) const;
+  void read_blocking(const std::string& key, int fd, const ByteExtent& e, ReadResult& result) const;
   void create_temp(Temp& temp) const;
   std::optional<Generation> commit(Temp& temp, const Generation& if_equal) const;
   ReadResult read_now(const std::string& key, const ReadOptions& options) const;
@@ -180,7 +187,8 @@ class FilesystemStore : public Store {
   bool erase_now(const std::string& key, const Generation& if_equal) const;
   bool exists_now(const std::string& key) const;
   std::vector<std::string> list_now(const std::string& prefix) const;
-  void remove_if_stale(const std::filesystem::path& path) const;
+  void remove_if_stale(int dir_fd, const char* name) const;
+  bool link_to_file(const std::string& key) const;
   void disable_uring(const char* why);
   template <class F>
   auto offload(F f);
