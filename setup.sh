@@ -13,6 +13,8 @@ packages=(
   python3-zarr python3-numcodecs python3-numpy python3-fsspec python3-aiohttp python3-requests
   curl wrk nginx-light
   clang libclang-rt-14-dev  # the libFuzzer targets (tests/fuzz): clang 14, libFuzzer, ASan/UBSan runtimes
+  chromium                  # headless, for the server's slice viewer test (tests/viewer)
+  python3-matplotlib        # perf/plot.py, and its test on the sample records (tests/perf_plot)
 )
 # Node.js may come from elsewhere (its own npm included): check the commands.
 command -v node >/dev/null || packages+=(nodejs)

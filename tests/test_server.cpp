@@ -965,7 +965,7 @@ TEST_CASE("server: a browsable hierarchy: HTML pages at / and each group, member
   CHECK(r.body().find(R"(<li><a href="/zarr.json">zarr.json</a></li>)") != std::string::npos);  // the keys, for tools
   r = get(s.port(), "/v2/");
   CHECK(r.result_int() == 200);
-  CHECK(r.body().find(R"(<li><a href="/v2/a%20b/">a b/</a> array: <a href="/api/v1/v2/a%20b/info">info</a>, <a href="/api/v1/v2/a%20b?format=npy">.npy</a></li>)") !=
+  CHECK(r.body().find(R"(<li><a href="/v2/a%20b/">a b/</a> array: <a href="/api/v1/v2/a%20b/info">info</a>, <a href="/api/v1/v2/a%20b?format=npy">.npy</a>, <a href="/view/v2/a%20b">view</a></li>)") !=
         std::string::npos);
   r = get(s.port(), "/g/ints/");  // an array's directory: its chunk keys
   CHECK(r.result_int() == 200);
@@ -1003,6 +1003,87 @@ TEST_CASE("server: a browsable hierarchy: HTML pages at / and each group, member
   CHECK(r[http::field::content_disposition] == "attachment; filename=\"a b.npy\"; filename*=UTF-8''a%20b.npy");
   r = get(s.port(), "/api/v1/g/ints?format=raw&region=0:1,:");
   CHECK(r[http::field::content_disposition] == "attachment; filename=\"ints.bin\"; filename*=UTF-8''ints.bin");
+}
+
+TEST_CASE("server: the slice viewer: its page for arrays, its files from memory, a 404 page for anything else") {
+  TestServer s;
+  Group::create_blocking(*s.rt, s.store, "", {});
+  write_ints(s, "g/ints", {4, 3}, {2, 3});
+  Group::create_blocking(*s.rt, s.store, "g", {});
+  write_ints(s, "a <b>&", {2, 2}, {2, 2});
+
+  // An array: the viewer's page (the same for every array), which loads only the server's files.
+  auto r = get(s.port(), "/view/g/ints");
+  CHECK(r.result_int() == 200);
+  CHECK(r[http::field::content_type] == "text/html; charset=utf-8");
+  CHECK(r.body().find(R"(<script src="/view/__static/viewer.js" defer></script>)") != std::string::npos);
+  CHECK(r.body().find("http") == std::string::npos);  // no external resource
+  CHECK(r["Content-Security-Policy"].find("default-src 'none'") != std::string_view::npos);
+  const std::string page = r.body(), etag(r[http::field::etag]);
+  CHECK(get(s.port(), "/view/g/ints/").body() == page);
+  CHECK(get(s.port(), "/view/a%20%3Cb%3E&").body() == page);
+  CHECK(get(s.port(), "/view/g/ints", {{"If-None-Match", etag}}).result_int() == 304);
+
+  // Its files, with their types and validators; only the embedded names exist.
+  r = get(s.port(), "/view/__static/viewer.js");
+  CHECK(r.result_int() == 200);
+  CHECK(r[http::field::content_type] == "text/javascript; charset=utf-8");
+  CHECK(r.body() == slurp(kSource / "examples/server/viewer/viewer.js"));
+  CHECK(r["X-Content-Type-Options"] == "nosniff");
+  const std::string js_etag(r[http::field::etag]);
+  CHECK(js_etag.size() == 18);
+  r = get(s.port(), "/view/__static/viewer.js", {{"If-None-Match", js_etag}});
+  CHECK(r.result_int() == 304);
+  CHECK(r.body().empty());
+  r = get(s.port(), "/view/__static/viewer.css");
+  CHECK(r.result_int() == 200);
+  CHECK(r[http::field::content_type] == "text/css; charset=utf-8");
+  CHECK(get(s.port(), "/view/__static/viewer.js", {}, "HEAD")[http::field::content_length] ==
+        std::to_string(slurp(kSource / "examples/server/viewer/viewer.js").size()));
+  for (const char* bad : {"/view/__static/nothing.js", "/view/__static/../viewer.js", "/view/__static/",
+                          "/view/__static/%2E%2E/server.cpp", "/view/__static/viewer.html"})
+    CHECK(get(s.port(), bad).result_int() == 404);
+
+  // Not an array: a 404 page that says what is there, names escaped.
+  r = get(s.port(), "/view/g");
+  CHECK(r.result_int() == 404);
+  CHECK(r[http::field::content_type] == "text/html; charset=utf-8");
+  CHECK(r.body().find("g is a group, not an array") != std::string::npos);
+  CHECK(r.body().find(R"(<li><a href="/view/g/ints">g/ints</a></li>)") != std::string::npos);
+  Group::create_blocking(*s.rt, s.store, "v2", nlohmann::json::object(), 2);  // a v2 group: no array's NotFound
+  ArrayMetadata m;
+  m.zarr_format = 2;
+  m.chunk_key_encoding = {ChunkKeyEncoding::Kind::v2, '.'};
+  m.shape = {3};
+  m.chunk_shape = {2};
+  m.data_type = DataTypeKind::int16;
+  Array::create_blocking(*s.rt, s.store, "v2/a", m);
+  CHECK(get(s.port(), "/view/v2/a").body() == page);
+  r = get(s.port(), "/view/v2");
+  CHECK(r.result_int() == 404);
+  CHECK(r.body().find("v2 is a group, not an array. Its arrays:") != std::string::npos);
+  CHECK(r.body().find(R"(<li><a href="/view/v2/a">v2/a</a></li>)") != std::string::npos);
+  r = get(s.port(), "/view/nothing%3Cscript%3E");
+  CHECK(r.result_int() == 404);
+  CHECK(r.body().find("There is no array at nothing&lt;script&gt;.") != std::string::npos);
+  CHECK(r.body().find("<script>") == std::string::npos);
+  CHECK(get(s.port(), "/view/g/ints/c").result_int() == 404);
+  CHECK(get(s.port(), "/view/..%2F..%2Fetc").result_int() == 404);
+  r = get(s.port(), "/view");
+  CHECK(r.result_int() == 301);
+  CHECK(r[http::field::location] == "/view/");
+
+  // /view/ lists the root group's arrays; the directory pages link the viewer.
+  r = get(s.port(), "/view/");
+  CHECK(r.result_int() == 200);
+  CHECK(r.body().find(R"(<li><a href="/view/a%20%3Cb%3E%26">a &lt;b&gt;&amp;</a></li>)") != std::string::npos);
+  CHECK(r.body().find(R"(<li><a href="/view/g/ints">g/ints</a></li>)") != std::string::npos);
+  CHECK(get(s.port(), "/g/").body().find(R"(<a href="/view/g/ints">view</a>)") != std::string::npos);
+
+  // An array at the root: /view/ is its viewer.
+  TestServer root;
+  write_ints(root, "", {2, 2}, {2, 2});
+  CHECK(get(root.port(), "/view/").body() == page);
 }
 
 TEST_CASE("server: metrics count requests by route and status, and show the loop and the pool") {

@@ -6,10 +6,13 @@
 //   GET      /api/v1/<array>?region=0:10,5:20[&format=npy|raw]
 //                                         a decoded region (.npy by default)
 //   GET      /api/v1/<node>/info          the JSON of `zarrcoro info`
+//   GET      /view/<array>                 a slice viewer (HTML + JS, embedded: viewer/),
+//                                         /view/ the root group's arrays; not an array: 404
 //   GET      /metrics, /healthz           Prometheus text; "ok"
 //   OPTIONS  *                            CORS preflight
 // Every response carries CORS headers so that browser clients work. Store keys
-// named "metrics", "healthz" or under "api/" at the root are shadowed.
+// named "metrics", "healthz" or "view", or under "api/" or "view/" at the root
+// are shadowed.
 //
 // Threading: the server runs on the Runtime's io_context, which the caller
 // runs on one or more threads; each connection is a coroutine on its own
