@@ -1,5 +1,5 @@
-// zarrcoro: inspect, export and import Zarr v3 and v2 arrays in a local
-// directory.
+// zarrcoro: inspect, copy, export and import Zarr v3 and v2 arrays in a
+// local directory (or a file://, s3:// or, read-only, http(s):// URL).
 //
 //   zarrcoro info PATH
 //   zarrcoro ls PATH [--recursive]
@@ -7,20 +7,34 @@
 //   zarrcoro reencode SRC DST [--zarr-format 3|2] [--chunks ...] [--shard ...|none]
 //                   [--codec ...] [--endian little|big] [--separator /|.]
 //                   [--overwrite] [--dry-run] [--progress | --quiet]
-//   zarrcoro export PATH OUT.npy [--region 0:10,5:20]
-//   zarrcoro import IN.npy PATH [--chunks 100,100] [--zarr-format 3|2]
+//   zarrcoro export PATH OUT.npy [--region 0:10,5:20] [--progress | --quiet]
+//   zarrcoro import IN.npy PATH [--chunks 100,100] [--shard 1000,1000] [--zarr-format 3|2]
 //                   [--codec zstd:3|gzip:5|blosc:lz4:5:shuffle|zlib:1|lz4|none]
 //                   [--endian little|big] [--order C|F] [--separator /|.]
-//                   [--fill-value JSON] [--overwrite]
+//                   [--fill-value JSON] [--attrs JSON] [--dimension-names a,b]
+//                   [--overwrite] [--progress | --quiet]
+// (reencode, import and export also take --block-bytes N, for testing and
+// tuning: the bound of one block.)
+//
+// info prints a JSON summary (zarrcoro/info.hpp); an array's ends with its
+// storage statistics: chunks_stored, chunks_total, bytes_stored and
+// storage_ratio (null over http(s)://, which cannot list keys).
 //
 // ls prints the hierarchy at PATH as a tree (as zarr-python's Group.tree()):
 // "/" for the node at PATH, then one line per member, arrays with their
 // shape and data type; --recursive descends into groups. It needs a store
 // that can list keys (a directory, file://, s3://; not http(s)://).
 //
+// reencode (reencode.hpp), import and export (transfer.hpp) stream block by
+// block (blocks.hpp): memory stays bounded whatever the array's size. On a
+// terminal they show a progress line on stderr (--progress: elsewhere too).
+// import without --chunks picks about 1-4 MiB chunks as zarr-python does
+// (layout.hpp, guess_chunk_shape).
+//
 // export writes every data type the engine reads, byte strings (S<n>),
 // unicode (U<n>) and structured types too, with the descr NumPy writes
-// (zarrcoro/npy.hpp); import reads such files back.
+// (zarrcoro/npy.hpp), to a temporary file renamed over OUT.npy at the end;
+// import reads such files back, also big-endian and Fortran-order ones.
 //
 // PATH is a directory holding a node at its root: zarr.json (v3), or .zarray
 // / .zgroup (v2, attributes in .zattrs). Exit status 0 on success; 2 on any
@@ -52,6 +66,7 @@
 
 #include "cli/common.hpp"
 #include "cli/reencode.hpp"
+#include "cli/transfer.hpp"
 
 namespace fs = std::filesystem;
 namespace asio = boost::asio;
@@ -60,12 +75,6 @@ using ojson = nlohmann::ordered_json;
 using namespace zarrcoro::cli;
 
 namespace {
-
-Array open_array(Runtime& rt, const std::shared_ptr<Store>& store, const fs::path& dir) {
-  const auto type = read_node(rt, *store, dir).type;
-  if (type != "array") throw Failure(quoted(dir) + " is a " + type + ", not an array");
-  return at(dir, [&] { return Array::open_blocking(rt, store, ""); });
-}
 
 void print(const ojson& j) { std::cout << j.dump(2, ' ', false, ojson::error_handler_t::replace) << '\n'; }
 
@@ -179,83 +188,6 @@ void cmd_consolidate(const fs::path& dir) {
             << (g.zarr_format() == 2 ? ".zmetadata" : "zarr.json") << '\n';
 }
 
-void cmd_export(const fs::path& dir, const fs::path& out, const std::string& region) {
-  Runtime rt;
-  auto store = open_dir(rt, dir, true);
-  const Array a = open_array(rt, store, dir);
-  const Region r = Region::parse(region, a.shape());
-  // Refused before reading anything if a .npy cannot hold it (npy_descr names every dtype the engine has).
-  at(dir, [&] { npy_header(a.dtype(), r.shape()); });
-  const NdArray data = at(dir, [&] { return a.read_blocking(r); });
-  write_npy(out, data);
-}
-
-struct ImportOptions {
-  std::string chunks;
-  bool chunks_given = false;
-  std::string codec;  // default: zstd:3 (v3), blosc:lz4:5:shuffle (v2, as zarr-python 2)
-  int zarr_format = 3;
-  std::string endian = "little";
-  std::string order = "C";
-  std::string separator;  // default: "/" (v3), "." (v2)
-  std::string fill_value;
-  bool overwrite = false;  // replace a Zarr node at PATH (and everything under it)
-};
-
-void cmd_import(const fs::path& in, const fs::path& dir, const ImportOptions& o) {
-  NdArray data = read_npy(in);
-  const std::string codec = !o.codec.empty() ? o.codec : o.zarr_format == 2 ? "blosc:lz4:5:shuffle" : "zstd:3";
-  const auto compressor = parse_codec(codec, data.dtype.size());
-
-  ArrayMetadata m;
-  m.zarr_format = o.zarr_format;
-  if (o.zarr_format == 2) m.chunk_key_encoding = {ChunkKeyEncoding::Kind::v2, '.'};
-  if (!o.separator.empty()) m.chunk_key_encoding.separator = o.separator[0];
-  m.shape = data.shape;
-  m.data_type = data.dtype;
-  if (o.chunks_given) {
-    m.chunk_shape = parse_list(o.chunks, "--chunks");
-    if (m.chunk_shape.size() != m.shape.size())
-      throw Failure("--chunks: '" + o.chunks + "' has " + std::to_string(m.chunk_shape.size()) +
-                    " dimensions, the array in " + quoted(in) + " has " + std::to_string(m.shape.size()));
-  } else {
-    for (auto s : m.shape) m.chunk_shape.push_back(std::max<std::uint64_t>(s, 1));  // one chunk
-  }
-  nlohmann::json bytes{{"name", "bytes"}};
-  // Structured fields from a .npy declare no order: the codec's endian covers them.
-  const bool multi_byte = data.dtype.is_structured() ? data.dtype.needs_byte_order() : data.dtype.swap_unit() > 1;
-  if (multi_byte) bytes["configuration"] = {{"endian", o.endian}};
-  m.codecs = nlohmann::json::array();
-  if (o.order == "F" && m.shape.size() > 1) {  // column-major chunks (v2: "order": "F")
-    nlohmann::json axes = nlohmann::json::array();
-    for (std::size_t d = m.shape.size(); d-- > 0;) axes.push_back(d);
-    m.codecs.push_back({{"name", "transpose"}, {"configuration", {{"order", axes}}}});
-  }
-  m.codecs.push_back(bytes);
-  if (compressor) m.codecs.push_back(*compressor);
-  if (!o.fill_value.empty()) {
-    // JSON, or a bare word such as NaN taken as the JSON string "NaN".
-    auto j = nlohmann::json::parse(o.fill_value, nullptr, false);
-    if (j.is_discarded()) j = o.fill_value;
-    m.fill_value = parse_fill_value(j, m.data_type, "--fill-value");
-  }
-
-  check_destination(dir, o.overwrite);
-  Runtime rt;
-  auto store = open_dir(rt, dir, false);
-  const CreateMode mode = o.overwrite ? CreateMode::overwrite : CreateMode::fail_if_exists;
-  at(dir, [&] {
-    Array a;
-    try {
-      a = Array::create_blocking(rt, store, "", std::move(m), mode);
-    } catch (const AlreadyExists& e) {
-      throw Failure(quoted(dir) + " already holds a Zarr node ('" + e.key() +
-                    "'); refusing to overwrite it (--overwrite replaces it)");
-    }
-    a.write_blocking(Region::all(a.shape()), data.data);
-  });
-}
-
 int fail(std::string message) {
   for (auto& c : message)
     if (c == '\n' || c == '\r') c = ' ';
@@ -277,8 +209,6 @@ int main(int argc, char** argv) {
   app.add_flag("-v,--verbose", verbose, "Log at info level (e.g. the io_uring fallback)");
 
   fs::path path, npy;
-  std::string region;
-  ImportOptions imp;
 
   auto* info = app.add_subcommand("info", "Print a JSON summary of the array or group at PATH");
   info->add_option("PATH", path, "Directory (or file://, http(s)://, s3:// URL) holding zarr.json, .zarray or .zgroup")->required();
@@ -318,15 +248,28 @@ int main(int argc, char** argv) {
   reenc->add_flag("--progress", progress, "Show progress on stderr even when it is not a terminal");
   reenc->add_flag("-q,--quiet", quiet, "No progress line");
 
-  auto* exp = app.add_subcommand("export", "Write (a region of) the array at PATH to a .npy file");
-  exp->add_option("PATH", path, "Directory or URL holding the array's zarr.json or .zarray")->required();
-  exp->add_option("OUT", npy, "The .npy file to write")->required();
-  exp->add_option("--region", region, "Box to read, e.g. 0:10,5:20 (':' or empty = whole dimension)");
+  reenc->add_option("--block-bytes", re.block_bytes,
+                    "Bytes per block copied at once, in whole chunks (for testing and tuning)")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 40));
 
-  auto* imp_cmd = app.add_subcommand("import", "Create a Zarr v3 or v2 array at PATH from a .npy file");
+  ExportOptions ex;
+  auto* exp = app.add_subcommand("export", "Write (a region of) the array at PATH to a .npy file, block by block");
+  exp->add_option("PATH", path, "Directory or URL holding the array's zarr.json or .zarray")->required();
+  exp->add_option("OUT", npy, "The .npy file to write (replaced only when the export succeeds)")->required();
+  exp->add_option("--region", ex.region, "Box to read, e.g. 0:10,5:20 (':' or empty = whole dimension)");
+  exp->add_option("--block-bytes", ex.block_bytes, "Bytes per block read at once, in whole chunks (for testing and tuning)")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 40));
+  exp->add_flag("--progress", progress, "Show progress on stderr even when it is not a terminal");
+  exp->add_flag("-q,--quiet", quiet, "No progress line");
+
+  ImportOptions imp;
+  auto* imp_cmd = app.add_subcommand("import", "Create a Zarr v3 or v2 array at PATH from a .npy file, block by block");
   imp_cmd->add_option("IN", npy, "The .npy file to read")->required();
   imp_cmd->add_option("PATH", path, "Directory to create (absent or empty; see --overwrite)")->required();
-  auto* chunks = imp_cmd->add_option("--chunks", imp.chunks, "Chunk shape, e.g. 100,100 (default: one chunk)");
+  auto* chunks = imp_cmd->add_option("--chunks", imp.chunks,
+                                     "Chunk shape (sharded: the inner chunks), e.g. 100,100 (default: about 1-4 MiB "
+                                     "per chunk, as zarr-python's guess_chunks)");
+  imp_cmd->add_option("--shard", imp.shard, "Shard shape, a multiple of --chunks (v3 only)");
   imp_cmd->add_option("--codec", imp.codec,
                       std::string(kCodecForms) + " (default: zstd:3; v2: blosc:lz4:5:shuffle)");
   imp_cmd->add_option("--zarr-format", imp.zarr_format, "Zarr format of the output")
@@ -341,9 +284,17 @@ int main(int argc, char** argv) {
   imp_cmd->add_option("--separator", imp.separator, "Chunk key separator (default: / for v3, . for v2)")
       ->check(CLI::IsMember({"/", "."}));
   imp_cmd->add_option("--fill-value", imp.fill_value, "Fill value as JSON, e.g. 0, -1.5, \"NaN\", [1, 0]");
+  auto* attrs = imp_cmd->add_option("--attrs", imp.attrs, "Attributes, a JSON object, e.g. '{\"units\": \"m\"}'");
+  auto* names = imp_cmd->add_option("--dimension-names", imp.dimension_names,
+                                    "Dimension names, one per dimension, e.g. time,y,x (v2: _ARRAY_DIMENSIONS)");
   imp_cmd->add_flag("--overwrite", imp.overwrite,
                     "Replace a Zarr node at PATH, removing everything under it (a local PATH must hold "
                     "zarr.json, .zarray or .zgroup)");
+  imp_cmd->add_option("--block-bytes", imp.block_bytes,
+                      "Bytes per block read and written at once, in whole chunks (for testing and tuning)")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 40));
+  imp_cmd->add_flag("--progress", progress, "Show progress on stderr even when it is not a terminal");
+  imp_cmd->add_flag("-q,--quiet", quiet, "No progress line");
 
   try {
     app.parse(argc, argv);
@@ -354,16 +305,17 @@ int main(int argc, char** argv) {
     return fail(e.what());
   }
   imp.chunks_given = chunks->count() > 0;
+  imp.attrs_given = attrs->count() > 0;
+  imp.dimension_names_given = names->count() > 0;
+  const ProgressMode progress_mode = quiet ? ProgressMode::never : progress ? ProgressMode::always : ProgressMode::automatic;
+  re.progress = ex.progress = imp.progress = progress_mode;
 
   try {
     if (*info) cmd_info(path);
     else if (*ls) cmd_ls(path, recursive);
     else if (*cons) cmd_consolidate(path);
-    else if (*reenc) {
-      re.progress = quiet ? ProgressMode::never : progress ? ProgressMode::always : ProgressMode::automatic;
-      cmd_reencode(path, dst, re);
-    }
-    else if (*exp) cmd_export(path, npy, region);
+    else if (*reenc) cmd_reencode(path, dst, re);
+    else if (*exp) cmd_export(path, npy, ex);
     else if (*imp_cmd) cmd_import(npy, path, imp);
     return 0;
   } catch (const std::exception& e) {

@@ -10,19 +10,15 @@
 #include <zarrcoro/array.hpp>
 #include <zarrcoro/store/memory.hpp>
 
+#include "cli/blocks.hpp"
 #include "cli/common.hpp"
+#include "cli/layout.hpp"
 
 namespace zarrcoro::cli {
 namespace {
 
 using json = nlohmann::json;
 using Shape = std::vector<std::uint64_t>;
-
-std::string shape_text(const Shape& v) {
-  std::string s = "(";
-  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  return s + (v.size() == 1 ? ",)" : ")");
-}
 
 std::string node_name(const std::string& path) { return path.empty() ? "/" : path; }
 
@@ -72,7 +68,7 @@ ArrayMetadata target(const ArrayMetadata& s, const std::string& path, const Reen
   json chain = s.zarr_format == 2 ? s.v2_codecs(key) : s.codecs;
   Shape inner = s.chunk_shape;
   std::optional<Shape> shard;
-  json index_codecs = json::parse(R"([{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}])");
+  json index_codecs = default_index_codecs();
   std::string index_location = "end";
   if (chain.size() == 1 && chain[0].value("name", "") == "sharding_indexed") {
     const json& cfg = chain[0]["configuration"];
@@ -95,16 +91,7 @@ ArrayMetadata target(const ArrayMetadata& s, const std::string& path, const Reen
       throw Failure("array '" + node_name(path) + "' is sharded" + (o.shard.empty() ? "" : " (--shard)") +
                     ": Zarr v2 has no sharding; reencode it with --shard none");
     m.chunk_key_encoding = {ChunkKeyEncoding::Kind::v2, '.'};
-    if (m.dimension_names) {  // xarray's convention for v2
-      json names = json::array();
-      bool all = true;
-      for (const auto& n : *m.dimension_names) {
-        all = all && n.has_value();
-        names.push_back(n.value_or(""));
-      }
-      if (all) m.attributes["_ARRAY_DIMENSIONS"] = names;
-      m.dimension_names.reset();
-    }
+    dimension_names_to_v2(m);  // xarray's convention for v2
     // v2 to v2 with the same codecs keeps the document's exact compressor, filters and order.
     if (s.zarr_format == 2 && same_codecs && !shard && inner == s.chunk_shape) m.v2 = s.v2;
   } else {
@@ -122,17 +109,7 @@ ArrayMetadata target(const ArrayMetadata& s, const std::string& path, const Reen
   }
   if (!o.separator.empty()) m.chunk_key_encoding.separator = o.separator[0];
   if (shard) {
-    for (std::size_t d = 0; d < inner.size(); ++d)
-      if ((*shard)[d] % inner[d] != 0)
-        throw Failure("--shard: the shard shape " + shape_text(*shard) + " of array '" + node_name(path) +
-                      "' is not a multiple of its chunk shape " + shape_text(inner));
-    m.chunk_shape = *shard;
-    m.codecs = json::array({{{"name", "sharding_indexed"},
-                             {"configuration",
-                              {{"chunk_shape", inner},
-                               {"codecs", chain},
-                               {"index_codecs", index_codecs},
-                               {"index_location", index_location}}}}});
+    make_sharded(m, *shard, inner, chain, index_codecs, index_location, node_name(path));
   } else {
     m.chunk_shape = inner;
     m.codecs = chain;
@@ -140,72 +117,36 @@ ArrayMetadata target(const ArrayMetadata& s, const std::string& path, const Reen
   return m;
 }
 
-// Whole destination chunks (shards) per block: as many as fit in
-// kBlockBytes, growing the last dimension first; at least one.
-Shape block_shape(const ArrayMetadata& m) {
-  Shape b(m.rank());
-  std::uint64_t bytes = m.data_type.size();
-  for (std::size_t d = 0; d < m.rank(); ++d) {
-    b[d] = std::max<std::uint64_t>(1, std::min(m.chunk_shape[d], m.shape[d]));
-    bytes = bytes > kBlockBytes ? bytes : bytes * b[d];
-  }
-  for (std::size_t d = m.rank(); d-- > 0;) {
-    if (b[d] >= m.shape[d]) continue;
-    const std::uint64_t units = (m.shape[d] + m.chunk_shape[d] - 1) / m.chunk_shape[d];
-    const std::uint64_t k = std::clamp<std::uint64_t>(kBlockBytes / std::max<std::uint64_t>(bytes, 1), 1, units);
-    b[d] = std::min(m.shape[d], m.chunk_shape[d] * k);
-    bytes *= k;
-    if (k < units) break;
-  }
-  return b;
-}
-
 struct Plan {
   std::string path;
   Array src;
   ArrayMetadata meta;
-  Shape block;
-  std::uint64_t blocks = 0;
-
-  Region region(std::uint64_t i) const {
-    Region r = Region::all(meta.shape);
-    for (std::size_t d = meta.rank(); d-- > 0;) {
-      const std::uint64_t n = (meta.shape[d] + block[d] - 1) / block[d], at = i % n;
-      i /= n;
-      r.start[d] = at * block[d];
-      r.stop[d] = std::min(meta.shape[d], r.start[d] + block[d]);
-    }
-    return r;
-  }
+  Blocks blocks;
 };
 
 Plan plan(const Array& src, const std::string& path, const ReencodeOptions& o) {
-  Plan p{path, src, target(src.metadata(), path, o), {}, 1};
-  p.block = block_shape(p.meta);
-  for (std::size_t d = 0; d < p.meta.rank(); ++d)
-    p.blocks *= p.meta.shape[d] == 0 ? 0 : (p.meta.shape[d] + p.block[d] - 1) / p.block[d];
-  return p;
+  ArrayMetadata meta = target(src.metadata(), path, o);
+  Blocks blocks(Region::all(meta.shape), meta.chunk_shape, meta.data_type.size(), o.block_bytes);
+  return Plan{path, src, std::move(meta), std::move(blocks)};
 }
 
 // Copies the array block by block, reading the next block while writing
 // one: as bytes, or as strings for variable-length types.
-template <class Value, class Read, class Write>
+template <class Read, class Write>
 void copy_blocks(const Plan& p, Read read, Write write, const std::filesystem::path& src_dir,
                  const std::filesystem::path& dst_dir, Progress& progress) {
-  if (p.blocks == 0) return;
-  std::future<Value> next = read(p.region(0));
-  for (std::uint64_t i = 0; i < p.blocks; ++i) {
-    Value data = at(src_dir, [&] { return next.get(); });
-    if (i + 1 < p.blocks) next = read(p.region(i + 1));
-    progress.add(1, at(dst_dir, [&] { return write(p.region(i), data); }));
-  }
+  pipelined(
+      p.blocks.count(), [&](std::uint64_t i) { return at_dir(src_dir, read(p.blocks.region(i))); },
+      [&](std::uint64_t i, const auto& data) {
+        progress.add(1, at(dst_dir, [&] { return write(p.blocks.region(i), data); }));
+      });
 }
 
 void copy(const Plan& p, const Array& dst, const std::filesystem::path& src_dir, const std::filesystem::path& dst_dir,
           Progress& progress) {
   using Strings = std::vector<std::string>;
   if (p.meta.data_type.is_variable_length()) {
-    copy_blocks<Strings>(
+    copy_blocks(
         p, [&](Region r) { return p.src.async_read_strings(std::move(r), boost::asio::use_future); },
         [&](const Region& r, const Strings& v) {
           dst.write_strings_blocking(r, v);
@@ -216,7 +157,7 @@ void copy(const Plan& p, const Array& dst, const std::filesystem::path& src_dir,
         src_dir, dst_dir, progress);
     return;
   }
-  copy_blocks<NdArray>(
+  copy_blocks(
       p, [&](Region r) { return p.src.async_read(std::move(r), boost::asio::use_future); },
       [&](const Region& r, const NdArray& v) {
         dst.write_blocking(r, v.data);
@@ -269,8 +210,8 @@ void cmd_reencode(const std::filesystem::path& src_dir, const std::filesystem::p
       std::cout << node_name(p.path) << ": array " << sm.data_type.describe() << ' ' << shape_text(sm.shape)
                 << ", v" << sm.zarr_format << " chunks " << shape_text(sm.chunk_shape) << ' '
                 << p.src.describe_codecs() << " -> v" << p.meta.zarr_format << (sharded ? " shards " : " chunks ")
-                << shape_text(p.meta.chunk_shape) << ' ' << d.describe_codecs() << "; " << p.blocks
-                << (p.blocks == 1 ? " block of " : " blocks of ") << shape_text(p.block) << '\n';
+                << shape_text(p.meta.chunk_shape) << ' ' << d.describe_codecs() << "; " << p.blocks.count()
+                << (p.blocks.count() == 1 ? " block of " : " blocks of ") << shape_text(p.blocks.block_shape()) << '\n';
     }
     return;
   }
@@ -283,7 +224,7 @@ void cmd_reencode(const std::filesystem::path& src_dir, const std::filesystem::p
                              gr.path.empty() ? root_mode : CreateMode::fail_if_exists);
     });
   std::uint64_t total = 0;
-  for (const auto& p : plans) total += p.blocks;
+  for (const auto& p : plans) total += p.blocks.count();
   Progress progress("reencode", "blocks", total, o.progress);
   for (const auto& p : plans) {
     const Array d = at(dst_dir, [&] {

@@ -1,7 +1,7 @@
 // `zarrcoro reencode SRC DST`: copies an array, or a group with everything
 // below it, into a new layout: another Zarr format (v2 <-> v3), chunk shape,
 // sharding, codec chain or byte order. It streams block by block (a block
-// is whole destination chunks or shards, at most kBlockBytes), so memory
+// is whole destination chunks or shards, at most kBlockBytes; blocks.hpp), so memory
 // stays bounded whatever the array's size; keeps attributes, fill_value
 // and dimension names (v2: the xarray attribute `_ARRAY_DIMENSIONS`), and
 // stores no chunk that reads as fill_value only, so a chunk missing in the
@@ -12,13 +12,10 @@
 #include <filesystem>
 #include <string>
 
+#include "cli/blocks.hpp"
 #include "cli/progress.hpp"
 
 namespace zarrcoro::cli {
-
-// The largest block read and written at once; two are in flight (the next
-// is read while the last is written).
-inline constexpr std::uint64_t kBlockBytes = std::uint64_t{64} << 20;
 
 struct ReencodeOptions {
   int zarr_format = 0;    // 0: the source's
@@ -29,6 +26,7 @@ struct ReencodeOptions {
   std::string separator;  // chunk key separator; empty: the format's default (v2 ".", v3 "/")
   bool overwrite = false;
   bool dry_run = false;   // print the plan; write nothing
+  std::uint64_t block_bytes = kBlockBytes;  // the bound of one block (blocks.hpp)
   ProgressMode progress = ProgressMode::automatic;
 };
 

@@ -1,6 +1,9 @@
 // The JSON summary of a node (see info.hpp).
 #include <zarrcoro/info.hpp>
 
+#include <charconv>
+#include <limits>
+
 #include <zarrcoro/array.hpp>
 #include <zarrcoro/error.hpp>
 #include <zarrcoro/metadata.hpp>
@@ -99,6 +102,118 @@ ojson v2_array_info(const nlohmann::json& zarray, const nlohmann::json& zattrs, 
   return out;
 }
 
+// What the storage statistics of an array need from its metadata.
+struct Grid {
+  std::vector<std::uint64_t> shape, chunks;  // chunks: the outer grid (shards when sharded)
+  ChunkKeyEncoding encoding;
+  std::optional<std::size_t> item_size;  // bytes per element; none for variable-length or unknown types
+};
+
+Grid grid_of(const ArrayMetadata& m) {
+  Grid g{m.shape, m.chunk_shape, m.chunk_key_encoding, std::nullopt};
+  if (!m.data_type.is_variable_length()) g.item_size = m.data_type.size();
+  return g;
+}
+
+// A v2 array whose codecs this build does not support: the grid from the
+// document itself (no item size); nullopt when it is malformed.
+std::optional<Grid> raw_v2_grid(const nlohmann::json& zarray) {
+  auto dims = [](const nlohmann::json& j) -> std::optional<std::vector<std::uint64_t>> {
+    if (!j.is_array()) return std::nullopt;
+    std::vector<std::uint64_t> v;
+    for (const auto& d : j) {
+      if (!d.is_number_unsigned()) return std::nullopt;
+      v.push_back(d.get<std::uint64_t>());
+    }
+    return v;
+  };
+  if (!zarray.is_object()) return std::nullopt;
+  auto shape = dims(zarray.value("shape", nlohmann::json())), chunks = dims(zarray.value("chunks", nlohmann::json()));
+  if (!shape || !chunks || shape->size() != chunks->size()) return std::nullopt;
+  const auto sep = zarray.value("dimension_separator", nlohmann::json("."));
+  Grid g{*shape, *chunks, {ChunkKeyEncoding::Kind::v2, sep == "/" ? '/' : '.'}, std::nullopt};
+  return g;
+}
+
+// The grid coordinates a key relative to the array names, if it is a chunk
+// key of this grid ("c/0/1", "c.0.1", "c" for rank 0; v2: "0.1", "0/1",
+// "0"), each coordinate canonical (no sign, no leading zero) and inside the
+// grid. Metadata documents and anything else are no chunk keys.
+bool is_chunk_key(std::string_view rel, const Grid& g, const std::vector<std::uint64_t>& extent) {
+  const std::size_t rank = g.shape.size();
+  if (g.encoding.kind == ChunkKeyEncoding::Kind::default_) {
+    if (rank == 0) return rel == "c";
+    if (rel.size() < 2 || rel[0] != 'c' || rel[1] != g.encoding.separator) return false;
+    rel.remove_prefix(2);
+  } else if (rank == 0) {
+    return rel == "0";
+  }
+  for (std::size_t d = 0; d < rank; ++d) {
+    const std::size_t end = d + 1 < rank ? rel.find(g.encoding.separator) : rel.size();
+    if (end == std::string_view::npos || end == 0 || (rel[0] == '0' && end > 1)) return false;
+    std::uint64_t v = 0;
+    const auto [p, ec] = std::from_chars(rel.data(), rel.data() + end, v);
+    if (ec != std::errc() || p != rel.data() + end || v >= extent[d]) return false;
+    rel.remove_prefix(end == rel.size() ? end : end + 1);
+    if (d + 1 < rank && rel.empty()) return false;
+  }
+  return rel.empty();
+}
+
+// chunks_stored, chunks_total, bytes_stored and storage_ratio (info.hpp)
+// from the listing of the array's prefix.
+void add_storage_stats(ojson& out, const Grid& g, const std::vector<KeySize>& keys, const std::string& prefix) {
+  std::vector<std::uint64_t> extent(g.shape.size());
+  std::optional<std::uint64_t> total = 1;
+  for (std::size_t d = 0; d < g.shape.size(); ++d) {
+    extent[d] = g.chunks[d] == 0 ? 0 : g.shape[d] / g.chunks[d] + (g.shape[d] % g.chunks[d] != 0);
+    if (total && extent[d] != 0 && *total > std::numeric_limits<std::uint64_t>::max() / extent[d]) total.reset();
+    else if (total) *total *= extent[d];
+  }
+  std::uint64_t stored = 0, bytes = 0;
+  for (const auto& k : keys)
+    if (k.key.starts_with(prefix) && is_chunk_key(std::string_view(k.key).substr(prefix.size()), g, extent)) {
+      ++stored;
+      bytes += k.size;
+    }
+  out["chunks_stored"] = stored;
+  out["chunks_total"] = total ? ojson(*total) : ojson(nullptr);
+  out["bytes_stored"] = bytes;
+  double logical = g.item_size ? static_cast<double>(*g.item_size) : 0;
+  for (auto s : g.shape) logical *= static_cast<double>(s);
+  out["storage_ratio"] = g.item_size && bytes > 0 ? ojson(logical / static_cast<double>(bytes)) : ojson(nullptr);
+}
+
+void add_unknown_storage_stats(ojson& out) {
+  for (const char* k : {"chunks_stored", "chunks_total", "bytes_stored", "storage_ratio"}) out[k] = nullptr;
+}
+
+void merge(ojson& out, const ojson& more) {
+  for (const auto& [k, v] : more.items()) out[k] = v;
+}
+
+// The storage statistics of the array at `path`: null when the store
+// cannot list keys (HTTP) or the grid is unknown (or not asked for).
+awaitable<ojson> storage_stats_of(std::shared_ptr<Store> store, std::string path, std::optional<Grid> grid) {
+  const std::string prefix = detail::node_prefix(path);
+  ojson out = ojson::object();
+  if (!grid) {
+    add_unknown_storage_stats(out);
+    co_return out;
+  }
+  std::vector<KeySize> keys;
+  bool listed = true;
+  try {
+    keys = co_await store->list_sizes(prefix);
+  } catch (const Error& e) {
+    if (e.field() != "list") throw;
+    listed = false;  // a store that cannot list keys
+  }
+  if (listed) add_storage_stats(out, *grid, keys, prefix);
+  else add_unknown_storage_stats(out);
+  co_return out;
+}
+
 ojson child_entry(const std::string& name, const std::string& node_type) {
   return ojson{{"name", name}, {"node_type", node_type}};
 }
@@ -140,20 +255,38 @@ awaitable<std::string> child_type(std::shared_ptr<Store> store, std::string key)
 }  // namespace
 
 awaitable<ojson> node_info(Runtime& rt, std::shared_ptr<Store> store, std::string path,
-                           std::vector<std::string> child_names) {
+                           std::vector<std::string> child_names, bool storage_stats) {
   const std::string key = node_key(path);
   const auto doc = co_await store->get(key);
   if (doc) {
     const auto node = parse_doc(*doc, key);
     const std::string type = node_type_of(node);
-    if (type == "array") co_return array_info(node, key);
+    if (type == "array") {
+      ojson out = array_info(node, key);
+      std::optional<Grid> grid = grid_of(ArrayMetadata::from_json(node, key));
+      if (!storage_stats) grid.reset();
+      const ojson stats = co_await storage_stats_of(store, path, std::move(grid));
+      merge(out, stats);
+      co_return out;
+    }
     if (type != "group") throw InvalidMetadata(key, "node_type", bad_type_message(type));
   } else {  // Zarr v2: .zarray, else a group (.zgroup, or .zmetadata alone)
     const std::string prefix = path.empty() ? "" : path + "/";
     if (auto zarray = co_await store->get(prefix + ".zarray")) {
       nlohmann::json zattrs;
       if (auto a = co_await store->get(prefix + ".zattrs")) zattrs = parse_doc(*a, prefix + ".zattrs");
-      co_return v2_array_info(parse_doc(*zarray, prefix + ".zarray"), zattrs, prefix + ".zarray");
+      const nlohmann::json doc = parse_doc(*zarray, prefix + ".zarray");
+      ojson out = v2_array_info(doc, zattrs, prefix + ".zarray");
+      std::optional<Grid> grid;
+      try {
+        grid = grid_of(ArrayMetadata::from_v2_json(doc, zattrs, prefix + ".zarray"));
+      } catch (const UnsupportedError&) {
+        grid = raw_v2_grid(doc);
+      }
+      if (!storage_stats) grid.reset();
+      const ojson stats = co_await storage_stats_of(store, path, std::move(grid));
+      merge(out, stats);
+      co_return out;
     }
     bool group = co_await store->exists(prefix + ".zgroup");
     if (!group) group = co_await store->exists(prefix + ".zmetadata");

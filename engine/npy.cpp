@@ -7,6 +7,10 @@
 #include <bit>
 #include <cctype>
 #include <cerrno>
+#include <fcntl.h>
+#include <random>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <charconv>
 #include <cstring>
 #include <fstream>
@@ -464,11 +468,6 @@ std::optional<std::uint64_t> count(std::span<const std::uint64_t> shape, std::ui
   return n;
 }
 
-void byteswap(Bytes& data, std::size_t unit) {
-  for (std::size_t i = 0; i + unit <= data.size(); i += unit)
-    std::reverse(data.begin() + static_cast<std::ptrdiff_t>(i), data.begin() + static_cast<std::ptrdiff_t>(i + unit));
-}
-
 // Fortran-order elements -> C order (same shape).
 Bytes fortran_to_c(const Bytes& in, const std::vector<std::uint64_t>& shape, std::size_t item) {
   const std::size_t rank = shape.size();
@@ -511,7 +510,19 @@ std::string header_text(std::string_view raw, unsigned major, const std::string&
   return std::string(raw);
 }
 
-NdArray parse(ByteSpan b, const std::string& file) {
+// What a .npy header says, and where the data starts.
+struct Header {
+  Descr descr;  // as stored (structured fields with their byte orders)
+  DataType dtype;  // as returned: native, no declared orders
+  std::vector<std::uint64_t> shape;
+  json shape_json;
+  bool fortran = false;
+  std::uint64_t data_offset = 0;
+};
+
+// Parses the header at the start of `b`, which holds at least the whole
+// header (else a "truncated" error).
+Header parse_header(ByteSpan b, const std::string& file) {
   if (b.size() < kMagic.size() + 2 || std::memcmp(b.data(), kMagic.data(), kMagic.size()) != 0)
     fail(file, "magic", "not a .npy file (expected the magic string \\x93NUMPY)");
   const auto major = static_cast<unsigned>(b[6]), minor = static_cast<unsigned>(b[7]);
@@ -536,32 +547,88 @@ NdArray parse(ByteSpan b, const std::string& file) {
   for (const auto& [k, v] : h.items())
     if (k != "descr" && k != "fortran_order" && k != "shape")
       fail(file, "header", "unexpected key '" + printable(k) + "'");
-  const Descr descr = parse_descr(h["descr"], file, 0);
+  Header out;
+  out.descr = parse_descr(h["descr"], file, 0);
   if (!h["fortran_order"].is_boolean()) fail(file, "fortran_order", "expected True or False");
-  const bool fortran = h["fortran_order"].get<bool>();
+  out.fortran = h["fortran_order"].get<bool>();
+  out.shape = parse_dims(h["shape"], file, "shape", "shape");
+  out.shape_json = h["shape"];
+  out.data_offset = prefix + hlen;
+  const DataType stored = out.descr.type;
+  out.dtype = stored.is_structured() ? as_descr(file, [&] { return without_orders(stored); }) : stored;
+  return out;
+}
 
-  const DataType stored = descr.type;
-  NdArray a{stored, parse_dims(h["shape"], file, "shape", "shape"), {}};
-  const std::size_t item = stored.size();
-  const ByteSpan data = b.subspan(prefix + hlen);
-  // Checked before allocating: the declared size must be the data present.
-  const auto n = count(a.shape, data.size() / item + 1);
-  if (!n || *n * item > data.size())
-    fail(file, "data", "truncated: shape " + show(h["shape"]) + " of " + stored.describe() +
-                           " needs more than the " + std::to_string(data.size()) + " data bytes present");
-  if (*n * item != data.size())
-    fail(file, "data", std::to_string(data.size() - *n * item) + " unexpected bytes after the array data");
-  a.data = to_bytes(data);
+// The element count of the header's shape, checked against the `present`
+// data bytes: they must be exactly the declared size.
+std::uint64_t checked_count(const Header& h, std::uint64_t present, const std::string& file) {
+  const std::size_t item = h.descr.type.size();
+  const auto n = count(h.shape, present / item + 1);
+  if (!n || *n * item > present)
+    fail(file, "data", "truncated: shape " + show(h.shape_json) + " of " + h.descr.type.describe() +
+                           " needs more than the " + std::to_string(present) + " data bytes present");
+  if (*n * item != present)
+    fail(file, "data", std::to_string(present - *n * item) + " unexpected bytes after the array data");
+  return *n;
+}
+
+// Stored byte order -> native, in place, for `n` elements.
+void to_native(const Descr& d, std::byte* data, std::uint64_t n) {
+  const DataType& stored = d.type;
   if (stored.is_structured()) {
     const auto runs = stored.swap_runs(ByteOrder::little);  // swaps just the fields stored big-endian
-    if (!runs.empty()) apply_swap_runs(runs, item, a.data.data(), a.data.data(), *n);
-    a.dtype = as_descr(file, [&] { return without_orders(stored); });
-  } else if (descr.order == ByteOrder::big && stored.swap_unit() > 1) {
-    byteswap(a.data, stored.swap_unit());
+    if (!runs.empty()) apply_swap_runs(runs, stored.size(), data, data, n);
+  } else if (d.order == ByteOrder::big && stored.swap_unit() > 1) {
+    const std::size_t unit = stored.swap_unit();
+    for (std::uint64_t i = 0; i < n * stored.size(); i += unit) std::reverse(data + i, data + i + unit);
   }
-  if (fortran) a.data = fortran_to_c(a.data, a.shape, item);
+}
+
+NdArray parse(ByteSpan b, const std::string& file) {
+  const Header h = parse_header(b, file);
+  const ByteSpan data = b.subspan(h.data_offset);
+  const std::uint64_t n = checked_count(h, data.size(), file);
+  NdArray a{h.dtype, h.shape, to_bytes(data)};
+  to_native(h.descr, a.data.data(), n);
+  if (h.fortran) a.data = fortran_to_c(a.data, a.shape, h.dtype.size());
   return a;
 }
+
+// Calls f(file_offset, box_offset, bytes) for each contiguous run of `box`
+// in a C-order array of `shape` (offsets in bytes from the data's start and
+// the box buffer's start); nothing for an empty box.
+template <class F>
+void for_each_run(std::span<const std::uint64_t> shape, const Region& box, std::size_t item, F&& f) {
+  const std::size_t rank = shape.size();
+  for (std::size_t d = 0; d < rank; ++d)
+    if (box.start[d] == box.stop[d]) return;
+  if (rank == 0) return f(std::uint64_t{0}, std::uint64_t{0}, std::uint64_t{item});
+  std::vector<std::uint64_t> stride(rank);  // in bytes
+  for (std::size_t d = rank, s = item; d-- > 0; s *= shape[d]) stride[d] = s;
+  std::size_t k = rank - 1;  // the run spans dims k.. (those after k whole)
+  while (k > 0 && box.start[k] == 0 && box.stop[k] == shape[k]) --k;
+  const std::uint64_t run = (box.stop[k] - box.start[k]) * stride[k];
+  std::vector<std::uint64_t> idx(box.start.begin(), box.start.begin() + static_cast<std::ptrdiff_t>(k));
+  for (std::uint64_t out = 0;; out += run) {
+    std::uint64_t off = box.start[k] * stride[k];
+    for (std::size_t d = 0; d < k; ++d) off += idx[d] * stride[d];
+    f(off, out, run);
+    std::size_t d = k;
+    for (; d-- > 0;) {
+      if (++idx[d] < box.stop[d]) break;
+      idx[d] = box.start[d];
+    }
+    if (d == static_cast<std::size_t>(-1)) return;
+  }
+}
+
+void check_box(const Region& box, std::span<const std::uint64_t> shape, const std::string& file) {
+  bool ok = box.start.size() == shape.size() && box.stop.size() == shape.size();
+  for (std::size_t d = 0; ok && d < shape.size(); ++d) ok = box.start[d] <= box.stop[d] && box.stop[d] <= shape[d];
+  if (!ok) fail(file, "region", "the box is not inside the array's shape " + py_tuple(shape));
+}
+
+std::string errno_text() { return std::strerror(errno); }
 
 }  // namespace
 
@@ -661,6 +728,149 @@ void write_npy(const fs::path& file, const NdArray& a) {
   out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
   out.close();
   if (!out) fail(name, "file", std::string("cannot write: ") + std::strerror(errno));
+}
+
+// ---- streaming ------------------------------------------------------------------
+
+NpyReader::NpyReader(const fs::path& file) : name_(file.string()) {
+  std::error_code ec;
+  if (fs::is_directory(file, ec)) fail(name_, "file", "is a directory, not a .npy file");
+  fd_ = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) fail(name_, "file", "cannot open: " + errno_text());
+  try {
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0) fail(name_, "file", "cannot stat: " + errno_text());
+    const auto size = static_cast<std::uint64_t>(st.st_size);
+    Bytes head(std::min<std::uint64_t>(size, 12 + kNpyMaxHeaderBytes));
+    std::size_t got = 0;
+    while (got < head.size()) {
+      const ssize_t r = ::pread(fd_, head.data() + got, head.size() - got, static_cast<off_t>(got));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) fail(name_, "file", "cannot read: " + errno_text());
+      if (r == 0) break;
+      got += static_cast<std::size_t>(r);
+    }
+    head.resize(got);
+    const Header h = parse_header(head, name_);
+    checked_count(h, size - std::min(size, h.data_offset), name_);
+    dtype_ = h.dtype;
+    stored_ = h.descr.type;
+    big_endian_ = h.descr.order == ByteOrder::big;
+    fortran_ = h.fortran;
+    shape_ = h.shape;
+    data_offset_ = h.data_offset;
+  } catch (...) {
+    ::close(fd_);
+    throw;
+  }
+}
+
+NpyReader::~NpyReader() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+NdArray NpyReader::read(const Region& box) const {
+  check_box(box, shape_, name_);
+  const std::size_t item = dtype_.size();
+  NdArray out{dtype_, box.shape(), {}};
+  out.data.resize(box.num_elements() * item);
+  auto pread_run = [&](std::uint64_t off, std::uint64_t at, std::uint64_t n) {
+    for (std::uint64_t done = 0; done < n;) {
+      const ssize_t r = ::pread(fd_, out.data.data() + at + done, n - done,
+                                static_cast<off_t>(data_offset_ + off + done));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) fail(name_, "file", "cannot read: " + errno_text());
+      if (r == 0) fail(name_, "file", "unexpected end of file (was it truncated while being read?)");
+      done += static_cast<std::uint64_t>(r);
+    }
+  };
+  if (fortran_ && shape_.size() > 1) {  // the file is the C-order transpose
+    const std::vector<std::uint64_t> shape(shape_.rbegin(), shape_.rend());
+    const Region rbox{{box.start.rbegin(), box.start.rend()}, {box.stop.rbegin(), box.stop.rend()}};
+    for_each_run(shape, rbox, item, pread_run);
+    out.data = fortran_to_c(out.data, out.shape, item);
+  } else {
+    for_each_run(shape_, box, item, pread_run);
+  }
+  to_native(Descr{stored_, big_endian_ ? ByteOrder::big : ByteOrder::unspecified}, out.data.data(),
+            out.data.size() / std::max<std::size_t>(item, 1));
+  return out;
+}
+
+NpyWriter::NpyWriter(const fs::path& file, DataType dtype, std::vector<std::uint64_t> shape)
+    : file_(file), dtype_(dtype), shape_(std::move(shape)) {
+  const std::string name = file.string();
+  std::string header;
+  try {
+    header = npy_header(dtype_, shape_);
+  } catch (const Error& e) {
+    throw_error(e.code(), name, e.field(), e.detail());
+  }
+  data_offset_ = header.size();
+  std::random_device rd;
+  for (int attempt = 0; fd_ < 0; ++attempt) {
+    temp_ = file;
+    temp_ += ".tmp-" + std::to_string(rd());
+    fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd_ < 0 && (errno != EEXIST || attempt > 8))
+      fail(name, "file", "cannot create " + temp_.string() + ": " + errno_text());
+  }
+  for (std::size_t done = 0; done < header.size();) {
+    const ssize_t r = ::pwrite(fd_, header.data() + done, header.size() - done, static_cast<off_t>(done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      const std::string why = errno_text();
+      ::close(fd_);
+      ::unlink(temp_.c_str());
+      fd_ = -1;
+      fail(name, "file", "cannot write: " + why);
+    }
+    done += static_cast<std::size_t>(r);
+  }
+}
+
+NpyWriter::~NpyWriter() {
+  if (fd_ < 0) return;
+  ::close(fd_);
+  ::unlink(temp_.c_str());
+}
+
+void NpyWriter::write(const Region& box, ByteSpan data) const {
+  const std::string name = file_.string();
+  if (fd_ < 0) fail(name, "file", "the file was already committed");
+  check_box(box, shape_, name);
+  const std::size_t item = dtype_.size();
+  if (box.num_elements() * item != data.size())
+    fail(name, "data", std::to_string(data.size()) + " bytes do not match the box of " +
+                           std::to_string(box.num_elements()) + " elements of " + dtype_.describe());
+  for_each_run(shape_, box, item, [&](std::uint64_t off, std::uint64_t at, std::uint64_t n) {
+    for (std::uint64_t done = 0; done < n;) {
+      const ssize_t r = ::pwrite(fd_, data.data() + at + done, n - done, static_cast<off_t>(data_offset_ + off + done));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) fail(name, "file", "cannot write: " + errno_text());
+      done += static_cast<std::uint64_t>(r);
+    }
+  });
+}
+
+void NpyWriter::commit() {
+  const std::string name = file_.string();
+  if (fd_ < 0) fail(name, "file", "the file was already committed");
+  const auto n = count(shape_, std::numeric_limits<std::uint64_t>::max() / dtype_.size());
+  const std::uint64_t size = data_offset_ + (n ? *n * dtype_.size() : 0);
+  if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) fail(name, "file", "cannot write: " + errno_text());
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) {
+    const std::string why = errno_text();
+    ::unlink(temp_.c_str());
+    fail(name, "file", "cannot write: " + why);
+  }
+  if (::rename(temp_.c_str(), file_.c_str()) != 0) {
+    const std::string why = errno_text();
+    ::unlink(temp_.c_str());
+    fail(name, "file", "cannot rename " + temp_.string() + " to it: " + why);
+  }
 }
 
 }  // namespace zarrcoro

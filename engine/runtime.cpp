@@ -126,11 +126,14 @@ struct Runtime::Impl {
     // adopted io_context must not be running while its Runtime is destroyed.
     if (owned_io) asio::post(*io, [this] { lag_timer.cancel(); });
     else lag_timer.cancel();
-    pool.join();
+    // Operations still in flight complete first: the io_context runs out of
+    // work only once they have, and they need the pool until then (a pool
+    // joined first stops while idle, and a later batch would never run).
     if (owned_io) {
       guard.reset();
       for (auto& t : io_threads) t.join();
     }
+    pool.join();
   }
 };
 

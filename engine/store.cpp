@@ -33,6 +33,20 @@ awaitable<void> Store::set_by_write(std::string key, std::optional<Bytes> value)
   co_await write(std::move(key), std::move(value), std::move(unconditional));
 }
 
+awaitable<std::vector<KeySize>> Store::list_sizes(std::string prefix) {
+  std::vector<std::string> keys = co_await list(std::move(prefix));
+  std::vector<KeySize> out;
+  for (auto& key : keys) {
+    const std::optional<Bytes> value = co_await get(key);
+    if (!value) continue;
+    KeySize ks;
+    ks.key = std::move(key);
+    ks.size = value->size();
+    out.push_back(std::move(ks));
+  }
+  co_return out;
+}
+
 awaitable<ReadResult> Store::read(std::string key, ReadOptions options) {
   if (!options.if_equal.unknown())
     throw UnsupportedError(key, "if_equal", url() + " cannot read conditionally (it does not version values)");

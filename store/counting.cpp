@@ -84,6 +84,11 @@ awaitable<bool> CountingStore::exists(std::string key) {
   co_return co_await inner_->exists(std::move(key));
 }
 
+awaitable<std::vector<KeySize>> CountingStore::list_sizes(std::string prefix) {
+  ++lists_;
+  co_return co_await inner_->list_sizes(std::move(prefix));
+}
+
 awaitable<std::vector<std::string>> CountingStore::list(std::string prefix) {
   ++lists_;
   co_return co_await inner_->list(std::move(prefix));

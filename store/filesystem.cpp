@@ -637,6 +637,13 @@ struct DirCloser {
 // file inside the root, as a read of it would.
 std::vector<std::string> FilesystemStore::list_now(const std::string& prefix) const {
   std::vector<std::string> keys;
+  for (auto& ks : walk_now(prefix, false)) keys.push_back(std::move(ks.key));
+  return keys;
+}
+
+// list_now, with each value's size when `sizes` (one fstatat per file).
+std::vector<KeySize> FilesystemStore::walk_now(const std::string& prefix, bool sizes) const {
+  std::vector<KeySize> keys;
   // Start at the deepest directory the prefix names.
   const std::string dir = prefix.substr(0, prefix.rfind('/') + 1);  // "" or "a/b/"
   if (!dir.empty()) {
@@ -678,23 +685,30 @@ std::vector<std::string> FilesystemStore::list_now(const std::string& prefix) co
           fail(prefix, "cannot list " + in_quotes(root_ / key), errno);
       } else if (is_temp_name(name)) {
         remove_if_stale(::dirfd(d.get()), e->d_name);
-      } else if (key.starts_with(prefix) && (type == DT_REG || (type == DT_LNK && link_to_file(key)))) {
-        keys.push_back(key);
+      } else if (key.starts_with(prefix) && (type == DT_REG || type == DT_LNK)) {
+        struct stat st {};
+        const bool file = type == DT_REG ? !sizes || ::fstatat(::dirfd(d.get()), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0
+                                         : link_to_file(key, st);
+        if (file) keys.push_back(KeySize{key, static_cast<std::uint64_t>(st.st_size)});  // (else removed meanwhile)
       }
     }
     if (errno != 0 && errno != ENOENT) fail(prefix, "cannot list " + in_quotes(root_ / rel), errno);
   };
   walk(walk, start, dir);
-  std::sort(keys.begin(), keys.end());
+  std::sort(keys.begin(), keys.end(), [](const KeySize& a, const KeySize& b) { return a.key < b.key; });
   return keys;
 }
 
-// Whether the symlink at `key` leads to a regular file inside the root.
-bool FilesystemStore::link_to_file(const std::string& key) const {
+// Whether the symlink at `key` leads to a regular file inside the root; `st`
+// describes that file.
+bool FilesystemStore::link_to_file(const std::string& key, struct stat& st) const {
   try {
-    return exists_now(key);
+    const int fd = open_beneath(key, key, O_PATH);
+    if (fd < 0) return false;
+    FdGuard guard{fd};
+    return ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
   } catch (const StoreError&) {
-    return false;  // it leaves the root, or cannot be followed: no key to read
+    return false;  // it leaves the root: no key to read
   }
 }
 
@@ -847,6 +861,11 @@ awaitable<bool> FilesystemStore::exists(std::string key) {
   validate_key(key);
   if (uses_io_uring()) co_return exists_now(key);
   auto job = std::bind_front(&FilesystemStore::exists_now, this, std::move(key));
+  co_return co_await offload(std::move(job));
+}
+
+awaitable<std::vector<KeySize>> FilesystemStore::list_sizes(std::string prefix) {
+  auto job = std::bind_front(&FilesystemStore::walk_now, this, std::move(prefix), true);
   co_return co_await offload(std::move(job));
 }
 

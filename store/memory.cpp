@@ -89,6 +89,20 @@ awaitable<bool> MemoryStore::exists(std::string key) {
   co_return values_.contains(key);
 }
 
+awaitable<std::vector<KeySize>> MemoryStore::list_sizes(std::string prefix) {
+  std::vector<KeySize> out;
+  {
+    std::lock_guard lock(mu_);
+    for (auto it = values_.lower_bound(prefix); it != values_.end() && it->first.starts_with(prefix); ++it) {
+      KeySize ks;
+      ks.key = it->first;
+      ks.size = it->second.bytes->size();
+      out.push_back(std::move(ks));
+    }
+  }
+  co_return out;
+}
+
 awaitable<std::vector<std::string>> MemoryStore::list(std::string prefix) {
   std::vector<std::string> keys;
   {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <cstdlib>
 #include <exception>
 #include <mutex>
@@ -152,7 +153,16 @@ ListPage parse_list(std::string_view doc) {
   std::size_t pos = 0;
   while (auto contents = xml_next(doc, "Contents", pos)) {
     std::size_t p = 0;
-    if (auto k = xml_next(*contents, "Key", p)) page.keys.push_back(xml_unescape(*k));
+    if (auto k = xml_next(*contents, "Key", p)) {
+      page.keys.push_back(xml_unescape(*k));
+      std::size_t q = 0;
+      std::uint64_t size = 0;
+      if (auto sz = xml_next(*contents, "Size", q)) {
+        const auto [end, ec] = std::from_chars(sz->data(), sz->data() + sz->size(), size);
+        if (ec != std::errc() || end != sz->data() + sz->size()) size = 0;
+      }
+      page.sizes.push_back(size);
+    }
   }
   pos = 0;
   while (auto common = xml_next(doc, "CommonPrefixes", pos)) {
@@ -620,8 +630,11 @@ static awaitable<S3Store::Listing> list_objects(std::shared_ptr<S3Store::Impl> d
     http::Response r = co_await d->send(std::move(r_req));
     if (r.status != 200) d->fail(prefix, "ListObjectsV2", full, r);
     s3xml::ListPage page = s3xml::parse_list(as_text(r.body));
-    for (auto& k : page.keys)
-      if (k.starts_with(d->base)) out.keys.push_back(k.substr(d->base.size()));
+    for (std::size_t i = 0; i < page.keys.size(); ++i)
+      if (page.keys[i].starts_with(d->base)) {
+        out.keys.push_back(page.keys[i].substr(d->base.size()));
+        out.sizes.push_back(page.sizes[i]);
+      }
     for (auto& p : page.prefixes)
       if (p.starts_with(d->base)) out.prefixes.push_back(p.substr(d->base.size()));
     if (page.next.empty()) break;
@@ -630,7 +643,18 @@ static awaitable<S3Store::Listing> list_objects(std::shared_ptr<S3Store::Impl> d
                        "ListObjectsV2 " + d->url_of(full) + ": the server repeated a continuation token");
     token = std::move(page.next);
   }
-  std::sort(out.keys.begin(), out.keys.end());
+  if (!std::is_sorted(out.keys.begin(), out.keys.end())) {  // (S3 lists in order; keep sizes with their keys)
+    std::vector<std::size_t> order(out.keys.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return out.keys[a] < out.keys[b]; });
+    S3Store::Listing sorted;
+    for (std::size_t i : order) {
+      sorted.keys.push_back(std::move(out.keys[i]));
+      sorted.sizes.push_back(out.sizes[i]);
+    }
+    sorted.prefixes = std::move(out.prefixes);
+    out = std::move(sorted);
+  }
   std::sort(out.prefixes.begin(), out.prefixes.end());
   co_return out;
 }
@@ -638,6 +662,18 @@ static awaitable<S3Store::Listing> list_objects(std::shared_ptr<S3Store::Impl> d
 awaitable<std::vector<std::string>> S3Store::list(std::string prefix) {
   auto listing = co_await list_objects(impl_, std::move(prefix), false);
   co_return std::move(listing.keys);
+}
+
+awaitable<std::vector<KeySize>> S3Store::list_sizes(std::string prefix) {
+  auto listing = co_await list_objects(impl_, std::move(prefix), false);
+  std::vector<KeySize> out;
+  for (std::size_t i = 0; i < listing.keys.size(); ++i) {
+    KeySize ks;
+    ks.key = std::move(listing.keys[i]);
+    ks.size = listing.sizes[i];
+    out.push_back(std::move(ks));
+  }
+  co_return out;
 }
 
 awaitable<S3Store::Listing> S3Store::list_dir(std::string prefix) {

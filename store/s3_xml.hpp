@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -29,6 +30,7 @@ std::string xml_first(std::string_view doc, std::string_view tag);
 // One ListObjectsV2 result page.
 struct ListPage {
   std::vector<std::string> keys, prefixes;
+  std::vector<std::uint64_t> sizes;  // per key: its <Size> (0 when absent or malformed)
   std::string next;  // continuation token, "" at the end
 };
 ListPage parse_list(std::string_view doc);

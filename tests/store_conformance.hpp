@@ -112,6 +112,7 @@ struct StoreHarness {
   void erase(const std::string& key) { run(io, store->erase(key)); }
   bool exists(const std::string& key) { return run(io, store->exists(key)); }
   std::vector<std::string> list(const std::string& prefix) { return run(io, store->list(prefix)); }
+  std::vector<KeySize> list_sizes(const std::string& prefix) { return run(io, store->list_sizes(prefix)); }
   ReadResult read(const std::string& key, Generation if_equal = {}, ByteRange r = {}) {
     ReadOptions o;
     o.range = r;
@@ -289,6 +290,11 @@ inline void run_store_conformance(
     CHECK(h.list("nope/") == Strings{});
     CHECK(h.list("a/x") == Strings{});
     CHECK(h.list("../") == Strings{});
+    // list_sizes: the same keys with their values' sizes ("overwritten": 11 bytes).
+    h.set("a/c/d", std::string_view(""));
+    CHECK(h.list_sizes("a/") == std::vector<KeySize>{{"a/b", 11}, {"a/b.x", 1}, {"a/c/d", 0}, {"a/c/e/f", 1}});
+    CHECK(h.list_sizes("z") == std::vector<KeySize>{{"zarr.json", 1}});
+    CHECK(h.list_sizes("nope/").empty());
   }
 
   SECTION("invalid keys are rejected with InvalidArgument") {

@@ -19,6 +19,7 @@
 #include <zarrcoro/runtime.hpp>
 #include <zarrcoro/store/filesystem.hpp>
 
+#include "cli/layout.hpp"
 #include "fault_server.hpp"
 #include "support.hpp"
 
@@ -60,9 +61,9 @@ struct TempDir {
   ~TempDir() { fs::remove_all(path); }
   fs::path operator/(const std::string& name) const { return path / name; }
 
-  // Runs the CLI in this directory.
-  Result run(const std::vector<std::string>& args) const {
-    std::string cmd = "cd " + shell_quote(path.string()) + " && " + shell_quote(kCli);
+  // Runs the CLI in this directory, after the shell commands `setup` (e.g. ulimit).
+  Result run(const std::vector<std::string>& args, const std::string& setup = "") const {
+    std::string cmd = "cd " + shell_quote(path.string()) + " && " + setup + " " + shell_quote(kCli);
     for (const auto& a : args) cmd += " " + shell_quote(a);
     cmd += " >" + shell_quote((path / ".stdout").string()) + " 2>" + shell_quote((path / ".stderr").string());
     const int status = std::system(cmd.c_str());
@@ -679,6 +680,11 @@ TEST_CASE("cli: info on an HTTP array reads it without listing; ls of an HTTP gr
   const auto j = nlohmann::json::parse(ok(dir, {"info", server.url() + "/g/arr"}).out);
   CHECK(j["node_type"] == "array");
   CHECK(j["shape"] == nlohmann::json::array({2}));
+  for (const char* k : {"chunks_stored", "chunks_total", "bytes_stored", "storage_ratio"}) {
+    CAPTURE(k);
+    CHECK(j.contains(k));
+    CHECK(j[k].is_null());  // HTTP cannot list the chunks
+  }
   ok(dir, {"export", server.url() + "/g/arr", "o.npy"});
   CHECK(read_npy(dir / "o.npy").data == Bytes{std::byte{7}, std::byte{7}});
   CHECK(ok(dir, {"ls", server.url() + "/g/arr"}).out == "/ (2,) uint8\n");
@@ -899,4 +905,229 @@ TEST_CASE("cli: reencode copies string arrays as strings, v3 to v2 and back, wit
   Runtime rt;
   auto store = std::make_shared<FilesystemStore>(rt.io_executor(), dir / "back");
   CHECK(Array::open_blocking(rt, store, "").read_strings_blocking(Region::all({7})) == values);
+}
+
+// ---- streaming import and export, default chunks, sharding, attributes, info statistics ----
+
+TEST_CASE("cli: guess_chunk_shape is zarr-python 2.13's guess_chunks, with the target capped at 4 MiB") {
+  struct Case {
+    std::vector<std::uint64_t> shape;
+    std::uint64_t item;
+    std::vector<std::uint64_t> chunks;
+  };
+  // Values from zarr.util.guess_chunks (zarr-python 2.13), but the last: zarr-python gives (3907, 782), a
+  // 12 MB chunk, where the 4 MiB target stops at (3907, 391).
+  const std::vector<Case> cases{
+      {{1000, 1000}, 4, {250, 500}},         {{16384, 16384}, 4, {512, 1024}},   {{100}, 8, {100}},
+      {{10000000}, 1, {625000}},             {{5, 6, 7}, 2, {5, 6, 7}},          {{0, 10}, 4, {1, 10}},
+      {{}, 8, {}},                           {{1, 1, 1, 1000000}, 8, {1, 1, 1, 62500}},
+      {{3000, 2000, 7}, 4, {375, 500, 2}},   {{256, 256, 256}, 2, {64, 64, 128}}, {{123457}, 16, {15433}},
+      {{50000, 50000}, 8, {782, 782}},       {{200, 300}, 4, {200, 300}},        {{1000000, 100000}, 4, {3907, 391}},
+  };
+  const bool have_zarr = std::system("/usr/bin/python3 -c 'import zarr' >/dev/null 2>&1") == 0;
+  test::TempDir tmp;
+  for (const auto& c : cases) {
+    CAPTURE(c.shape, c.item);
+    CHECK(cli::guess_chunk_shape(c.shape, c.item) == c.chunks);
+    if (!have_zarr || c.shape == std::vector<std::uint64_t>{1000000, 100000}) continue;
+    std::string shape = "(";
+    for (auto d : c.shape) shape += std::to_string(d) + ",";
+    const std::string py = "import zarr.util; print(list(zarr.util.guess_chunks(" + shape + "), " +
+                           std::to_string(c.item) + ")))";
+    const fs::path out = tmp.path / "py.out";
+    REQUIRE(std::system(("/usr/bin/python3 -W ignore -c " + shell_quote(py) + " >" + shell_quote(out.string())).c_str()) == 0);
+    CHECK(nlohmann::json::parse(slurp(out)) == c.chunks);
+  }
+}
+
+namespace {
+// `a` (C order) as a Fortran-order .npy file, with a header NumPy accepts.
+void write_fortran_npy(const fs::path& p, const NdArray& a) {
+  std::string h = npy_header(a.dtype, a.shape);
+  const auto at = h.find("'fortran_order': False");
+  REQUIRE(at != std::string::npos);
+  h.replace(at, 22, "'fortran_order': True ");
+  const std::size_t item = a.dtype.size(), rank = a.shape.size();
+  std::string data(a.data.size(), '\0');
+  std::vector<std::uint64_t> idx(rank, 0);
+  for (std::uint64_t n = 0; n < a.num_elements(); ++n) {  // n: C position of idx
+    std::uint64_t f = 0;
+    for (std::size_t d = rank; d-- > 0;) f = f * a.shape[d] + idx[d];
+    std::memcpy(data.data() + f * item, a.data.data() + n * item, item);
+    for (std::size_t d = rank; d-- > 0;) {
+      if (++idx[d] < a.shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+  std::ofstream(p, std::ios::binary) << h << data;
+}
+}  // namespace
+
+TEST_CASE("cli: import without --chunks picks the guessed chunk shape (v3 and v2)") {
+  REQUIRE_CLI();
+  TempDir dir;
+  write_npy(dir / "a.npy", make(DataTypeKind::float32, {1000, 1000}, 5));
+  ok(dir, {"import", "a.npy", "v3"});
+  CHECK(nlohmann::json::parse(ok(dir, {"info", "v3"}).out)["chunk_shape"] == std::vector<std::uint64_t>{250, 500});
+  ok(dir, {"import", "a.npy", "v2", "--zarr-format", "2"});
+  CHECK(nlohmann::json::parse(slurp(dir / "v2/.zarray"))["chunks"] == std::vector<std::uint64_t>{250, 500});
+  ok(dir, {"export", "v2", "b.npy"});
+  CHECK(test::read_file(dir / "b.npy") == test::read_file(dir / "a.npy"));
+}
+
+TEST_CASE("cli: import and export stream many blocks exactly: C and F order input, v2 and v3, sharded") {
+  REQUIRE_CLI();
+  TempDir dir;
+  const NdArray a = make(DataTypeKind::int32, {67, 45}, 21);
+  write_npy(dir / "c.npy", a);
+  write_fortran_npy(dir / "f.npy", a);
+  REQUIRE(read_npy(dir / "f.npy").data == a.data);  // the hand-made Fortran file says the same
+  const NdArray b = make(DataTypeKind::uint16, {5, 9, 7}, 22);  // 3-d: the transpose in general
+  write_npy(dir / "b.npy", b);
+  write_fortran_npy(dir / "bf.npy", b);
+  struct Layout {
+    std::vector<std::string> args;
+    std::string blocks;  // the final progress count, e.g. "18/18 blocks"
+  };
+  // 1000-byte blocks: (8, 30) of 320-byte chunks (9 x 2 = 18 blocks); sharded, one 1280-byte shard (5 x 3).
+  const std::vector<Layout> layouts{
+      {{"--chunks", "8,10"}, "18/18 blocks"},
+      {{"--chunks", "8,10", "--zarr-format", "2", "--separator", "/"}, "18/18 blocks"},
+      {{"--chunks", "8,10", "--shard", "16,20"}, "15/15 blocks"},
+      {{"--chunks", "4,5", "--shard", "16,20", "--order", "F", "--codec", "gzip:1"}, "15/15 blocks"},
+  };
+  int n = 0;
+  for (const auto& l : layouts) {
+    for (const std::string in : {"c.npy", "f.npy"}) {
+      const std::string name = "z" + std::to_string(n++);
+      CAPTURE(joined(l.args), in);
+      std::vector<std::string> args{"import", in, name, "--block-bytes", "1000", "--progress"};
+      args.insert(args.end(), l.args.begin(), l.args.end());
+      const Result imp = dir.run(args);
+      CHECK(imp.code == 0);
+      CHECK(imp.err.find("import: " + l.blocks) != std::string::npos);
+      const Result exp = dir.run({"export", name, name + ".npy", "--block-bytes", "1000", "--progress"});
+      CHECK(exp.code == 0);
+      CHECK(exp.err.find("export: " + l.blocks) != std::string::npos);
+      CHECK(test::read_file(dir / (name + ".npy")) == test::read_file(dir / "c.npy"));
+      // A region across blocks, at offsets that are no block boundary.
+      ok(dir, {"export", name, name + ".r.npy", "--block-bytes", "1000", "--region", "3:60,7:41"});
+      CHECK(test::read_file(dir / (name + ".r.npy")) == encode_npy(slice(a, Region::parse("3:60,7:41", a.shape))));
+    }
+  }
+  for (const std::string in : {"b.npy", "bf.npy"}) {
+    for (const std::string fmt : {"2", "3"}) {
+      const std::string name = in + fmt;
+      ok(dir, {"import", in, name, "--chunks", "2,4,3", "--block-bytes", "100", "--zarr-format", fmt, "--endian", "big"});
+      ok(dir, {"export", name, name + ".npy", "--block-bytes", "100"});
+      CHECK(test::read_file(dir / (name + ".npy")) == test::read_file(dir / "b.npy"));
+    }
+  }
+  // Progress only when asked for off a terminal; --quiet wins.
+  CHECK(ok(dir, {"import", "c.npy", "quiet", "--chunks", "8,10", "--block-bytes", "1000"}).err.empty());
+  CHECK(ok(dir, {"export", "quiet", "q.npy", "--progress", "-q"}).err.empty());
+}
+
+TEST_CASE("cli: a failed export leaves no partial file and keeps an existing one") {
+  REQUIRE_CLI();
+  TempDir dir;
+  write_npy(dir / "a.npy", make(DataTypeKind::float64, {100, 100}, 3));  // 80 KB
+  ok(dir, {"import", "a.npy", "arr", "--chunks", "10,100"});
+  std::ofstream(dir / "out.npy") << "old content";
+  // Writes beyond 16 KiB fail (EFBIG; the signal ignored): the export fails part way.
+  const Result r = dir.run({"export", "arr", "out.npy", "--block-bytes", "8000"}, "trap '' XFSZ; ulimit -f 32;");
+  INFO(r.err);
+  CHECK(r.code == 2);
+  CHECK(r.err.rfind("zarrcoro: error: ", 0) == 0);
+  CHECK(r.err.find("out.npy") != std::string::npos);
+  CHECK(r.err.find("cannot write") != std::string::npos);
+  CHECK(slurp(dir / "out.npy") == "old content");
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir.path))
+    if (e.path().filename().string().starts_with("out.npy")) left.push_back(e.path().filename().string());
+  CHECK(left == std::vector<std::string>{"out.npy"});
+  ok(dir, {"export", "arr", "out.npy"});  // without the limit it succeeds
+  CHECK(test::read_file(dir / "out.npy") == test::read_file(dir / "a.npy"));
+}
+
+TEST_CASE("cli: import --attrs, --dimension-names and --shard are written exactly; bad values are refused") {
+  REQUIRE_CLI();
+  TempDir dir;
+  write_npy(dir / "a.npy", make(DataTypeKind::int16, {6, 8}, 4));
+  const std::string attrs = R"({"units": "m", "scale": [1, 2.5], "nested": {"k": null}})";
+  ok(dir, {"import", "a.npy", "v3", "--attrs", attrs, "--dimension-names", "y,x", "--chunks", "3,4", "--shard", "6,8"});
+  const auto v3 = nlohmann::json::parse(slurp(dir / "v3/zarr.json"));
+  CHECK(v3["attributes"] == nlohmann::json::parse(attrs));
+  CHECK(v3["dimension_names"] == nlohmann::json::array({"y", "x"}));
+  CHECK(v3["chunk_grid"]["configuration"]["chunk_shape"] == nlohmann::json::array({6, 8}));
+  CHECK(v3["codecs"] == nlohmann::json::parse(R"([{"name": "sharding_indexed", "configuration": {
+      "chunk_shape": [3, 4],
+      "codecs": [{"name": "bytes", "configuration": {"endian": "little"}},
+                 {"name": "zstd", "configuration": {"level": 3, "checksum": false}}],
+      "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
+      "index_location": "end"}}])"));
+  ok(dir, {"import", "a.npy", "v2", "--attrs", attrs, "--dimension-names", "y,x", "--zarr-format", "2"});
+  auto want = nlohmann::json::parse(attrs);
+  want["_ARRAY_DIMENSIONS"] = {"y", "x"};
+  CHECK(nlohmann::json::parse(slurp(dir / "v2/.zattrs")) == want);
+  for (const char* out : {"v3", "v2"}) {
+    ok(dir, {"export", out, std::string(out) + ".npy"});
+    CHECK(test::read_file(dir / (std::string(out) + ".npy")) == test::read_file(dir / "a.npy"));
+  }
+
+  fails(dir, {"import", "a.npy", "b", "--attrs", "[1, 2]"}, "--attrs: expected a JSON object");
+  fails(dir, {"import", "a.npy", "b", "--attrs", "{\"a\": "}, "--attrs: expected a JSON object");
+  fails(dir, {"import", "a.npy", "b", "--dimension-names", "x"}, "--dimension-names: 'x' has 1 names, the array in 'a.npy' has 2 dimensions");
+  fails(dir, {"import", "a.npy", "b", "--dimension-names", "x,y,z"}, "--dimension-names: 'x,y,z' has 3 names");
+  fails(dir, {"import", "a.npy", "b", "--dimension-names", "x,"}, "--dimension-names: name 2 in 'x,' is empty");
+  fails(dir, {"import", "a.npy", "b", "--chunks", "3,4", "--shard", "6,8", "--zarr-format", "2"}, "--shard: Zarr v2 has no sharding");
+  fails(dir, {"import", "a.npy", "b", "--chunks", "3,4", "--shard", "5,8"}, "is not a multiple of its chunk shape (3, 4)");
+  fails(dir, {"import", "a.npy", "b", "--chunks", "3,4", "--shard", "6"}, "--shard: '6' has 1 dimensions");
+  fails(dir, {"import", "a.npy", "b", "--shard", "6,8"}, "--shard needs --chunks");
+  fails(dir, {"import", "a.npy", "b", "--block-bytes", "0"}, "--block-bytes");
+  CHECK_FALSE(fs::exists(dir / "b"));
+}
+
+TEST_CASE("cli: info counts stored chunks, their bytes and the storage ratio (v3, v2 nested keys, sharded)") {
+  REQUIRE_CLI();
+  TempDir dir;
+  // int16 [8, 8] of fill -1 but for one element: with chunks 4,4 only chunk (0, 0) is stored.
+  NdArray z{DataTypeKind::int16, {8, 8}, Bytes(128)};
+  for (auto& v : z.as<std::int16_t>()) v = -1;
+  z.as<std::int16_t>()[9] = 5;
+  write_npy(dir / "z.npy", z);
+  const std::vector<std::string> common{"--fill-value", "-1", "--codec", "none"};
+  auto import = [&](const std::string& name, std::vector<std::string> args) {
+    args.insert(args.begin(), {"import", "z.npy", name});
+    args.insert(args.end(), common.begin(), common.end());
+    ok(dir, args);
+    return nlohmann::json::parse(ok(dir, {"info", name}).out);
+  };
+  auto stats = [](const nlohmann::json& j) {
+    return nlohmann::json{{"chunks_stored", j["chunks_stored"]}, {"chunks_total", j["chunks_total"]},
+                          {"bytes_stored", j["bytes_stored"]}, {"storage_ratio", j["storage_ratio"]}};
+  };
+  // One raw chunk of 4 * 4 int16: 32 bytes; the array is 128 bytes.
+  const nlohmann::json one = {{"chunks_stored", 1}, {"chunks_total", 4}, {"bytes_stored", 32}, {"storage_ratio", 4.0}};
+  CHECK(stats(import("v3", {"--chunks", "4,4"})) == one);
+  CHECK(stats(import("v2", {"--chunks", "4,4", "--zarr-format", "2", "--separator", "/"})) == one);
+  CHECK(fs::exists(dir / "v2/0/0"));
+  CHECK(stats(import("v2dot", {"--chunks", "4,4", "--zarr-format", "2"})) == one);
+  // Keys that are no chunk of the grid are not counted: outside it, malformed, other files.
+  for (const char* stray : {"v3/c/2/0", "v3/c.1.1", "v3/c/00/1", "v3/notes.txt", "v3/c/1/1/x", "v3/c/1/+1"}) {
+    fs::create_directories((dir / stray).parent_path());
+    std::ofstream(dir / stray) << "stray";
+  }
+  CHECK(stats(nlohmann::json::parse(ok(dir, {"info", "v3"}).out)) == one);
+  // Sharded: shards of 4 x 8 holding 2 x 2 inner chunks; shard 0 holds one inner chunk of 8 bytes and an
+  // index of 8 entries of 16 bytes plus a 4-byte crc32c: 140 bytes.
+  const auto sharded = import("sh", {"--chunks", "2,2", "--shard", "4,8"});
+  CHECK(fs::file_size(dir / "sh/c/0/0") == 140);
+  CHECK(stats(sharded) == nlohmann::json{{"chunks_stored", 1}, {"chunks_total", 2}, {"bytes_stored", 140},
+                                         {"storage_ratio", 128.0 / 140.0}});
+  // Nothing stored: no ratio.
+  NdArray fill{DataTypeKind::int16, {8, 8}, Bytes(128, std::byte{0xff})};
+  write_npy(dir / "z.npy", fill);
+  CHECK(stats(import("empty", {"--chunks", "4,4"})) ==
+        nlohmann::json{{"chunks_stored", 0}, {"chunks_total", 4}, {"bytes_stored", 0}, {"storage_ratio", nullptr}});
 }

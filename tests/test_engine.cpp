@@ -2,6 +2,7 @@
 // the regression cases of shared/cases that concern reads and writes.
 #include <bit>
 #include <filesystem>
+#include <cstdlib>
 #include <cstring>
 #include <future>
 #include <numeric>
@@ -11,6 +12,9 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/use_future.hpp>
 #include <catch2/catch.hpp>
 
@@ -457,9 +461,14 @@ class SplitStore : public MemoryStore {
     ++now_answers;
     return MemoryStore::try_read_now(key, options);
   }
+  std::chrono::milliseconds delay{0};  // before each read answers
   awaitable<ReadResult> read(std::string key, ReadOptions options) override {
     ++reads;
-    return MemoryStore::read(std::move(key), std::move(options));
+    if (delay.count() > 0) {
+      asio::steady_timer timer(co_await asio::this_coro::executor, delay);
+      co_await timer.async_wait(asio::use_awaitable);
+    }
+    co_return co_await MemoryStore::read(std::move(key), std::move(options));
   }
 };
 
@@ -485,6 +494,33 @@ TEST_CASE("chunks the store answers at once and chunks it answers later land exa
   CHECK(back == data);
   CHECK(store->now_answers == 10);
   CHECK(store->reads == 10);
+}
+
+TEST_CASE("a Runtime destroyed while a read waits for its store lets the read finish instead of hanging",
+          "[engine][lifetime]") {
+  // The pool used to be joined first: idle while the read waited for the
+  // store, it stopped, and the read's codec batch then never ran, so the
+  // I/O thread's join waited forever (an export whose write failed with the
+  // next block's read in flight hung there).
+  auto store = std::make_shared<SplitStore>();
+  auto rt = std::make_unique<Runtime>(RuntimeOptions{.codec_threads = 2});
+  auto a = std::make_optional(Array::create_blocking(
+      *rt, store, "", make_meta({100}, {5}, DataTypeKind::int32, codecs_json(kComputeChains[1]))));  // zstd: pool work
+  const auto data = iota_vec(100);
+  a->write_blocking(Region::all(a->shape()), as_bytes(data));
+  store->answers_now = [](const std::string&) { return false; };
+  store->delay = std::chrono::milliseconds(100);
+  std::vector<std::int32_t> back(100);
+  auto read = asio::co_spawn(rt->io_executor(), a->read(Region::all(a->shape()), as_writable(back)), asio::use_future);
+  a.reset();
+  auto destroyed = std::async(std::launch::async, [&] { rt.reset(); });
+  if (destroyed.wait_for(test::scaled(std::chrono::milliseconds(30000))) != std::future_status::ready) {
+    FAIL_CHECK("~Runtime hung with a read in flight");
+    std::_Exit(1);  // the hung destructor cannot be unwound
+  }
+  read.get();
+  CHECK(back == data);
+  CHECK(store->reads == 20);
 }
 
 TEST_CASE("a failing try_read_now fails the read with the store's error and releases its budget", "[engine][errors]") {

@@ -4,6 +4,7 @@
 // hostile headers (deep nesting, overflowing shapes, invalid UTF-8).
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <random>
 #include <string>
@@ -643,4 +644,106 @@ TEST_CASE("npy: types and shapes a .npy cannot hold are refused by the writer as
   CHECK(r.code == Errc::unsupported);
   CHECK(r.field == "shape");
   CHECK(npy_header(DataTypeKind::uint8, std::vector<std::uint64_t>(64, 1)).size() % 64 == 0);
+}
+
+namespace {
+
+// The box `r` of the C-order array `a`, element by element.
+Bytes box_of(const NdArray& a, const Region& r) {
+  const std::size_t item = a.dtype.size();
+  Bytes out(r.num_elements() * item);
+  if (out.empty()) return out;
+  std::vector<std::uint64_t> idx = r.start;
+  for (std::uint64_t n = 0; n < r.num_elements(); ++n) {
+    std::uint64_t off = 0;
+    for (std::size_t d = 0; d < idx.size(); ++d) off = off * a.shape[d] + idx[d];
+    std::memcpy(out.data() + n * item, a.data.data() + off * item, item);
+    for (std::size_t d = idx.size(); d-- > 0;) {
+      if (++idx[d] < r.stop[d]) break;
+      idx[d] = r.start[d];
+    }
+  }
+  return out;
+}
+
+void write_bytes(const fs::path& p, const Bytes& b) {
+  std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+}
+
+}  // namespace
+
+TEST_CASE("npy: NpyReader reads any box of C, Fortran, big-endian and structured files exactly") {
+  test::TempDir tmp;
+  // 3-d int32, value i*12 + j*4 + k: C order little-endian, Fortran order big-endian.
+  std::vector<std::int32_t> c(24), f(24);
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j)
+      for (int k = 0; k < 4; ++k) {
+        c[i * 12 + j * 4 + k] = i * 12 + j * 4 + k;
+        f[i + 2 * j + 6 * k] = static_cast<std::int32_t>(__builtin_bswap32(static_cast<std::uint32_t>(i * 12 + j * 4 + k)));
+      }
+  Bytes cb(96), fb(96);
+  std::memcpy(cb.data(), c.data(), 96);
+  std::memcpy(fb.data(), f.data(), 96);
+  write_bytes(tmp.path / "c.npy", npy_file(header("<i4", "(2, 3, 4)"), cb));
+  write_bytes(tmp.path / "f.npy", npy_file(header(">i4", "(2, 3, 4)", true), fb));
+  const NdArray whole{DataTypeKind::int32, {2, 3, 4}, cb};
+  for (const char* name : {"c.npy", "f.npy"}) {
+    const NpyReader r(tmp.path / name);
+    CHECK(r.dtype() == DataTypeKind::int32);
+    CHECK(r.shape() == std::vector<std::uint64_t>{2, 3, 4});
+    CHECK(r.fortran_order() == (std::string(name) == "f.npy"));
+    for (const Region& box : {Region::all({2, 3, 4}), Region{{0, 0, 0}, {1, 3, 4}}, Region{{1, 1, 1}, {2, 3, 3}},
+                              Region{{0, 2, 0}, {2, 3, 4}}, Region{{0, 0, 3}, {2, 3, 4}}, Region{{1, 0, 0}, {1, 3, 4}}}) {
+      INFO(name << " box " << box.start[0] << box.start[1] << box.start[2] << ":" << box.stop[0] << box.stop[1]
+                << box.stop[2]);
+      const NdArray got = r.read(box);
+      CHECK(got.shape == box.shape());
+      CHECK(got.data == box_of(whole, box));
+    }
+    CHECK(error_field([&] { r.read(Region{{0, 0, 0}, {3, 3, 4}}); }) == "region");
+    CHECK(error_field([&] { r.read(Region{{0}, {1}}); }) == "region");
+  }
+
+  // A structured file with one big-endian field: swapped field by field, as parse_npy does.
+  const Bytes rec = concat({raw<std::uint16_t>({0x0102}), raw<std::uint32_t>({0x01020304})});
+  Bytes recs;
+  for (int i = 0; i < 5; ++i) recs = concat({recs, rec});
+  const Bytes file = npy_file("{'descr': [('a', '<u2'), ('b', '>u4')], 'fortran_order': False, 'shape': (5,), }", recs);
+  write_bytes(tmp.path / "s.npy", file);
+  const NdArray parsed = parse_npy(file);
+  const NpyReader s(tmp.path / "s.npy");
+  CHECK(s.dtype() == parsed.dtype);
+  CHECK(s.read(Region{{1}, {4}}).data == box_of(parsed, Region{{1}, {4}}));
+
+  // Rank 0, an empty box; the header's errors as read_npy's.
+  write_bytes(tmp.path / "z.npy", npy_file(header("<f8", "()"), raw<double>({2.5})));
+  CHECK(NpyReader(tmp.path / "z.npy").read(Region{}).data == raw<double>({2.5}));
+  CHECK(NpyReader(tmp.path / "c.npy").read(Region{{1, 1, 1}, {1, 3, 4}}).data.empty());
+  write_bytes(tmp.path / "short.npy", npy_file(header("<i4", "(2, 3, 4)"), Bytes(95)));
+  CHECK(error_field([&] { NpyReader(tmp.path / "short.npy"); }) == "data");
+  CHECK(error_field([&] { NpyReader(tmp.path / "missing.npy"); }) == "file");
+}
+
+TEST_CASE("npy: NpyWriter writes boxes in any order; the file appears only on commit") {
+  test::TempDir tmp;
+  const DataType t = DataTypeKind::uint16;
+  const NdArray a{t, {5, 7}, pattern(t, 35, 3)};
+  const fs::path out = tmp.path / "out.npy";
+  {
+    NpyWriter w(out, t, a.shape);
+    for (const Region& box : {Region{{3, 0}, {5, 7}}, Region{{0, 4}, {3, 7}}, Region{{0, 0}, {3, 4}}})
+      w.write(box, box_of(a, box));
+    CHECK_FALSE(fs::exists(out));
+    CHECK(error_field([&] { w.write(Region{{0, 0}, {6, 7}}, Bytes(84)); }) == "region");
+    CHECK(error_field([&] { w.write(Region{{0, 0}, {1, 7}}, Bytes(13)); }) == "data");
+    w.commit();
+  }
+  CHECK(test::read_file(out) == encode_npy(a));
+
+  // Destroyed without commit: nothing left behind, an existing file untouched.
+  { NpyWriter w(out, t, {2}); }
+  CHECK(test::read_file(out) == encode_npy(a));
+  CHECK(std::distance(fs::directory_iterator(tmp.path), fs::directory_iterator{}) == 1);
+  CHECK(error_field([&] { NpyWriter(tmp.path / "no/such/dir/x.npy", t, {2}); }) == "file");
 }

@@ -917,12 +917,12 @@ TEST_CASE("server: info is the JSON of `zarrcoro info`") {
   Group::create_blocking(*s.rt, s.store, "g", {{"title", "a group"}});
   Group::create_blocking(*s.rt, s.store, "", {{"root", true}});
   fs::create_directories(s.root() / "g" / "not_a_node");
-  auto expect = [&](const std::string& path) {
+  auto expect = [&](const std::string& path, bool stats = false) {
     std::vector<std::string> children;
     for (const auto& e : fs::directory_iterator(s.root() / path))
       if (e.is_directory()) children.push_back(e.path().filename().string());
     std::sort(children.begin(), children.end());
-    auto j = asio::co_spawn(s.io, node_info(*s.rt, s.store, path, children), asio::use_future).get();
+    auto j = asio::co_spawn(s.io, node_info(*s.rt, s.store, path, children, stats), asio::use_future).get();
     return j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
   };
   auto r = get(s.port(), "/api/v1/g/ints/info");
@@ -930,6 +930,13 @@ TEST_CASE("server: info is the JSON of `zarrcoro info`") {
   CHECK(r[http::field::content_type] == "application/json");
   CHECK(r.body() == expect("g/ints"));
   CHECK(nlohmann::json::parse(r.body())["shape"] == std::vector<int>{37, 23});
+  CHECK(nlohmann::json::parse(r.body())["chunks_stored"].is_null());  // a walk of the chunks only on request
+  r = get(s.port(), "/api/v1/g/ints/info?stats=1");
+  CHECK(r.result_int() == 200);
+  CHECK(r.body() == expect("g/ints", true));
+  CHECK(nlohmann::json::parse(r.body())["chunks_stored"] == 25);  // every chunk of the 5 x 5 grid
+  CHECK(nlohmann::json::parse(r.body())["chunks_total"] == 25);
+  CHECK(get(s.port(), "/api/v1/g/ints/info?stats=2").result_int() == 400);
   r = get(s.port(), "/api/v1/g/info");
   CHECK(r.body() == expect("g"));
   CHECK(nlohmann::json::parse(r.body())["children"].size() == 1);

@@ -1053,7 +1053,8 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
       }
       if (rest == "info" || rest.ends_with("/info")) {
         rest = rest == "info" ? "" : rest.substr(0, rest.size() - 5);
-        Response res = co_await info(std::move(rest));
+        std::string query = target->query;
+        Response res = co_await info(std::move(rest), std::move(query));
         co_return reply("info", std::move(res));
       }
       std::string query = target->query;
@@ -1194,16 +1195,25 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
     co_return reply("key", std::move(res));
   }
 
-  // GET /api/v1/<node>/info
-  awaitable<Response> info(std::string path) {
+  // GET /api/v1/<node>/info[?stats=1]: an array's storage statistics (a
+  // walk of its chunk keys) only when asked for, else null.
+  awaitable<Response> info(std::string path, std::string query) {
     if (!path.empty())
       if (auto why = key_problem(path)) co_return text(http::status::bad_request, "invalid path: " + *why);
+    const auto params = parse_query(query);
+    if (!params) co_return text(http::status::bad_request, "malformed query string");
+    bool stats = false;
+    for (const auto& [k, v] : *params) {
+      if (k == "stats" && (v == "1" || v == "true")) stats = true;
+      else if (!(k == "stats" && (v == "0" || v == "false")))
+        co_return text(http::status::bad_request, "unknown parameter '" + k + "=" + v + "' (expected stats=1|0)");
+    }
     if (!inside(store->root(), path)) co_return not_found();  // a symlink out of the root
     std::optional<Response> failure;
     nlohmann::ordered_json j;
     try {
       auto children = subdirectories(store->root(), path);
-      j = co_await node_info(rt, store, path, std::move(children));
+      j = co_await node_info(rt, store, path, std::move(children), stats);
     } catch (const Error& e) {
       failure = error_response(e);
     }

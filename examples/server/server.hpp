@@ -5,7 +5,8 @@
 //                                         If-None-Match, Last-Modified and If-Modified-Since
 //   GET      /api/v1/<array>?region=0:10,5:20[&format=npy|raw]
 //                                         a decoded region (.npy by default)
-//   GET      /api/v1/<node>/info          the JSON of `zarrcoro info`
+//   GET      /api/v1/<node>/info[?stats=1] the JSON of `zarrcoro info` (an array's
+//                                         storage statistics only with stats=1)
 //   GET      /view/<array>                 a slice viewer (HTML + JS, embedded: viewer/),
 //                                         /view/ the root group's arrays; not an array: 404
 //   GET      /metrics, /healthz           Prometheus text; "ok"

@@ -51,6 +51,9 @@
 //    a .npy cannot hold (struct nesting, dimensions, header size);
 //    InvalidArgument(field "data") for a buffer that does not match.
 // No other exception escapes (bar std::bad_alloc).
+//
+// Streaming (NpyReader, NpyWriter): files larger than memory are read and
+// written a box (Region) at a time, with the checks and conversions above.
 #pragma once
 
 #include <cstddef>
@@ -59,6 +62,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <zarrcoro/array.hpp>
 #include <zarrcoro/bytes.hpp>
@@ -98,5 +102,66 @@ std::string npy_header(DataType dtype, std::span<const std::uint64_t> shape);
 // with the limits and the result type of parse_npy. InvalidArgument(field
 // "descr", or "header" for a malformed literal) otherwise.
 DataType parse_npy_descr(std::string_view literal);
+
+// Reads a .npy file a box at a time. The constructor reads and checks the
+// header as read_npy does (and the file's size against it, so a truncated
+// file fails here); read() returns a box's elements in C order and native
+// byte order, whatever the file's byte order and fortran_order. A box reads
+// with one pread per contiguous run of the file (a C-order box of whole
+// trailing dimensions is one run; a Fortran-order file is read as its
+// transpose and the box transposed back), so a box costs its own size in
+// memory (twice, briefly, for a Fortran-order file). Thread-safety: read() may be called concurrently (pread).
+class NpyReader {
+ public:
+  explicit NpyReader(const std::filesystem::path& file);
+  ~NpyReader();
+  NpyReader(const NpyReader&) = delete;
+  NpyReader& operator=(const NpyReader&) = delete;
+
+  DataType dtype() const { return dtype_; }  // as read_npy's result: native, no declared byte orders
+  const std::vector<std::uint64_t>& shape() const { return shape_; }
+  bool fortran_order() const { return fortran_; }
+  // The elements of `box`. InvalidArgument(field "region") for a box outside
+  // the shape, (field "file") for a failed or short read.
+  NdArray read(const Region& box) const;
+
+ private:
+  std::string name_;
+  int fd_ = -1;
+  DataType dtype_, stored_;
+  bool big_endian_ = false;  // a scalar type stored big-endian
+  bool fortran_ = false;
+  std::vector<std::uint64_t> shape_;
+  std::uint64_t data_offset_ = 0;
+};
+
+// Writes a .npy file a box at a time: npy_header(dtype, shape) first, then
+// the boxes (C order, native byte order) in any order. The data goes to a
+// temporary file beside `file` ("<name>.tmp-<random>"), renamed over `file`
+// by commit(); a writer destroyed without commit() removes it, so a failed
+// write never leaves a partial `file` (nor replaces an existing one).
+// Errors: InvalidArgument(key = the file's name, field "file") when the
+// temporary file cannot be created, written or renamed; as npy_header for a
+// type or shape a .npy cannot hold; InvalidArgument(field "region" or
+// "data") for a box outside the shape or a buffer of the wrong size.
+// Thread-safety: write() may be called concurrently for disjoint boxes.
+class NpyWriter {
+ public:
+  NpyWriter(const std::filesystem::path& file, DataType dtype, std::vector<std::uint64_t> shape);
+  ~NpyWriter();
+  NpyWriter(const NpyWriter&) = delete;
+  NpyWriter& operator=(const NpyWriter&) = delete;
+
+  void write(const Region& box, ByteSpan data) const;
+  // Flushes and renames the temporary file over the target.
+  void commit();
+
+ private:
+  std::filesystem::path file_, temp_;
+  int fd_ = -1;
+  DataType dtype_;
+  std::vector<std::uint64_t> shape_;
+  std::uint64_t data_offset_ = 0;
+};
 
 }  // namespace zarrcoro

@@ -2,8 +2,10 @@
 // codec work, with the limits that bound them.
 //
 // Thread-safety: all methods are thread-safe. A Runtime must outlive every
-// Array, Group and Store that uses its executors; destroying it stops its
-// threads (owned io_context) and waits for pool work to finish.
+// Array, Group and Store that uses its executors. Destroying it waits for
+// the operations still in flight on an owned io_context to complete (their
+// results are delivered as usual), then stops its threads and the pool; an
+// adopted io_context must not be running then.
 //
 // Scheduling contract (the heart of the engine):
 //  - Codec compute (gzip, zstd, crc32c, transpose, byte-swapping `bytes`)

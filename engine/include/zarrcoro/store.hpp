@@ -88,6 +88,13 @@ struct ReadResult {
   bool changed = false;        // the if_equal condition failed: nothing was read
 };
 
+// A key and the size of its value in bytes (Store::list_sizes).
+struct KeySize {
+  std::string key;
+  std::uint64_t size = 0;
+  bool operator==(const KeySize&) const = default;
+};
+
 struct WriteOptions {
   // When known: write only if the stored generation equals it (absent():
   // only if the key holds no value).
@@ -122,6 +129,14 @@ class Store {
   // All keys starting with `prefix` (which is a plain string prefix; use a
   // trailing '/' to list a "directory"), in lexicographic order.
   virtual awaitable<std::vector<std::string>> list(std::string prefix) = 0;
+
+  // list() with the size of each value in bytes (storage statistics, as
+  // `zarrcoro info` shows them). The default lists, then reads each value
+  // to measure it (a key that vanishes meanwhile is left out);
+  // FilesystemStore (stat), MemoryStore and S3Store (ListObjectsV2's Size)
+  // answer from the listing alone. Errors as list (a store that cannot list
+  // raises there).
+  virtual awaitable<std::vector<KeySize>> list_sizes(std::string prefix);
 
   // A short description for messages, e.g. "memory" or "file:///data/a.zarr".
   virtual std::string url() const = 0;

@@ -47,6 +47,7 @@ class CountingStore : public Store {
   awaitable<void> erase(std::string key) override;
   awaitable<bool> exists(std::string key) override;
   awaitable<std::vector<std::string>> list(std::string prefix) override;
+  awaitable<std::vector<KeySize>> list_sizes(std::string prefix) override;  // counted as a list
   awaitable<ReadResult> read(std::string key, ReadOptions options) override;
   std::optional<ReadResult> try_read_now(const std::string& key, const ReadOptions& options) override;
   awaitable<std::optional<Generation>> write(std::string key, std::optional<Bytes> value,

@@ -110,6 +110,8 @@ class FilesystemStore : public Store {
   // starts with `prefix` (temporary files excluded, stale ones removed; a
   // prefix no valid key can start with yields none). Failure: StoreError.
   awaitable<std::vector<std::string>> list(std::string prefix) override;
+  // list() with each file's size (one fstatat per file during the walk).
+  awaitable<std::vector<KeySize>> list_sizes(std::string prefix) override;
   // "file://<absolute root>"
   std::string url() const override;
   boost::asio::any_io_executor get_executor() const override { return io_; }
@@ -187,8 +189,9 @@ class FilesystemStore : public Store {
   bool erase_now(const std::string& key, const Generation& if_equal) const;
   bool exists_now(const std::string& key) const;
   std::vector<std::string> list_now(const std::string& prefix) const;
+  std::vector<KeySize> walk_now(const std::string& prefix, bool sizes) const;
   void remove_if_stale(int dir_fd, const char* name) const;
-  bool link_to_file(const std::string& key) const;
+  bool link_to_file(const std::string& key, struct ::stat& st) const;
   void disable_uring(const char* why);
   template <class F>
   auto offload(F f);

@@ -32,6 +32,7 @@ class MemoryStore : public Store {
   awaitable<bool> exists(std::string key) override;
   // Success: keys starting with `prefix`, sorted. Never fails.
   awaitable<std::vector<std::string>> list(std::string prefix) override;
+  awaitable<std::vector<KeySize>> list_sizes(std::string prefix) override;
   // Versioned and conditional (compare-and-swap) forms; see Store.
   awaitable<ReadResult> read(std::string key, ReadOptions options) override;
   // Always answers.

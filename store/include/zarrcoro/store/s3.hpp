@@ -140,6 +140,8 @@ class S3Store : public Store {
   // Success: sorted keys under the store's prefix that start with `prefix`.
   // Failure: StoreError.
   awaitable<std::vector<std::string>> list(std::string prefix) override;
+  // list() with each object's Size from the same ListObjectsV2 pages.
+  awaitable<std::vector<KeySize>> list_sizes(std::string prefix) override;
   // "s3://bucket/prefix"
   std::string url() const override;
   boost::asio::any_io_executor get_executor() const override;
@@ -150,6 +152,7 @@ class S3Store : public Store {
   // '/'. Failure: StoreError.
   struct Listing {
     std::vector<std::string> keys, prefixes;
+    std::vector<std::uint64_t> sizes;  // of `keys`, in order
   };
   awaitable<Listing> list_dir(std::string prefix);
   // Removes all `keys` with DeleteObjects (1000 per request). Success: none
