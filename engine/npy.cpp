@@ -735,11 +735,12 @@ void write_npy(const fs::path& file, const NdArray& a) {
 NpyReader::NpyReader(const fs::path& file) : name_(file.string()) {
   std::error_code ec;
   if (fs::is_directory(file, ec)) fail(name_, "file", "is a directory, not a .npy file");
-  fd_ = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  fd_ = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO cannot block the open
   if (fd_ < 0) fail(name_, "file", "cannot open: " + errno_text());
   try {
     struct stat st {};
     if (::fstat(fd_, &st) != 0) fail(name_, "file", "cannot stat: " + errno_text());
+    if (!S_ISREG(st.st_mode)) fail(name_, "file", "is not a regular file (a .npy is read by offsets)");
     const auto size = static_cast<std::uint64_t>(st.st_size);
     Bytes head(std::min<std::uint64_t>(size, 12 + kNpyMaxHeaderBytes));
     std::size_t got = 0;
@@ -807,19 +808,29 @@ NpyWriter::NpyWriter(const fs::path& file, DataType dtype, std::vector<std::uint
     throw_error(e.code(), name, e.field(), e.detail());
   }
   data_offset_ = header.size();
+  // A symlink is written through (its target replaced); an existing file
+  // keeps its permissions; anything else (a device, a pipe) is refused: the
+  // boxes are written by offset into a temporary file renamed over it.
+  std::error_code ec;
+  if (fs::is_symlink(file, ec)) file_ = fs::weakly_canonical(file, ec);
+  struct stat old {};
+  const bool exists = ::stat(file_.c_str(), &old) == 0;
+  if (exists && !S_ISREG(old.st_mode))
+    fail(name, "file", "is not a regular file (a .npy is written by offsets into a temporary file, then renamed)");
   std::random_device rd;
   for (int attempt = 0; fd_ < 0; ++attempt) {
-    temp_ = file;
+    temp_ = file_;
     temp_ += ".tmp-" + std::to_string(rd());
     fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd_ < 0 && (errno != EEXIST || attempt > 8))
       fail(name, "file", "cannot create " + temp_.string() + ": " + errno_text());
   }
+  if (exists) ::fchmod(fd_, old.st_mode & 07777);  // best effort, as cp does
   for (std::size_t done = 0; done < header.size();) {
     const ssize_t r = ::pwrite(fd_, header.data() + done, header.size() - done, static_cast<off_t>(done));
     if (r < 0 && errno == EINTR) continue;
-    if (r < 0) {
-      const std::string why = errno_text();
+    if (r <= 0) {
+      const std::string why = r < 0 ? errno_text() : "no progress";
       ::close(fd_);
       ::unlink(temp_.c_str());
       fd_ = -1;
@@ -847,7 +858,7 @@ void NpyWriter::write(const Region& box, ByteSpan data) const {
     for (std::uint64_t done = 0; done < n;) {
       const ssize_t r = ::pwrite(fd_, data.data() + at + done, n - done, static_cast<off_t>(data_offset_ + off + done));
       if (r < 0 && errno == EINTR) continue;
-      if (r < 0) fail(name, "file", "cannot write: " + errno_text());
+      if (r <= 0) fail(name, "file", "cannot write: " + (r < 0 ? errno_text() : std::string("no progress")));
       done += static_cast<std::uint64_t>(r);
     }
   });
@@ -861,7 +872,11 @@ void NpyWriter::commit() {
   if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) fail(name, "file", "cannot write: " + errno_text());
   const int fd = fd_;
   fd_ = -1;
-  if (::close(fd) != 0) {
+  // Flushed before the rename: a crash then leaves the old file or the new one.
+  const bool synced = ::fdatasync(fd) == 0;
+  const int sync_errno = errno;
+  if (::close(fd) != 0 || !synced) {
+    if (!synced) errno = sync_errno;
     const std::string why = errno_text();
     ::unlink(temp_.c_str());
     fail(name, "file", "cannot write: " + why);

@@ -349,19 +349,31 @@ int FilesystemStore::open_dir(const std::string& key, const std::string& dir, bo
 // nothing is ever created outside the root (a path resolved in user space
 // and then created could be).
 void FilesystemStore::make_dirs(const std::string& key, const std::string& dir) const {
-  int parent = open_beneath(key, ".", O_RDONLY | O_DIRECTORY);
-  if (parent < 0) fail(key, "cannot open the store root " + in_quotes(root_), errno);
-  for (std::size_t begin = 0; begin <= dir.size();) {
-    FdGuard guard{parent};
-    const std::size_t end = std::min(dir.find('/', begin), dir.size());
-    const std::string path = dir.substr(0, end);
-    if (::mkdirat(parent, path.c_str() + begin, 0777) != 0 && errno != EEXIST)
-      fail(key, "cannot create directory " + in_quotes(root_ / path), errno);
-    parent = open_beneath(key, path, O_RDONLY | O_DIRECTORY);  // follows links inside the root
-    if (parent < 0) fail(key, "cannot create directory " + in_quotes(root_ / path), errno);
-    begin = end + 1;
+  for (int attempt = 0;; ++attempt) {
+    int parent = open_beneath(key, ".", O_RDONLY | O_DIRECTORY);
+    if (parent < 0) fail(key, "cannot open the store root " + in_quotes(root_), errno);
+    int err = 0;
+    std::string path;
+    for (std::size_t begin = 0; begin <= dir.size();) {
+      FdGuard guard{parent};
+      const std::size_t end = std::min(dir.find('/', begin), dir.size());
+      path = dir.substr(0, end);
+      parent = ::mkdirat(parent, path.c_str() + begin, 0777) != 0 && errno != EEXIST
+                   ? -1
+                   : open_beneath(key, path, O_RDONLY | O_DIRECTORY);  // follows links inside the root
+      if (parent < 0) {
+        err = errno;
+        break;
+      }
+      begin = end + 1;
+    }
+    if (!err) {
+      close_fd(parent);
+      return;
+    }
+    // ENOENT: a concurrent erase pruned a directory just made; make it again.
+    if (err != ENOENT || attempt >= 16) fail(key, "cannot create directory " + in_quotes(root_ / path), err);
   }
-  close_fd(parent);
 }
 
 // root/path with symlinks resolved; StoreError naming `key` if that leaves
@@ -673,7 +685,10 @@ std::vector<KeySize> FilesystemStore::walk_now(const std::string& prefix, bool s
       unsigned char type = e->d_type;
       if (type == DT_UNKNOWN) {  // file systems that do not fill d_type
         struct stat st {};
-        if (::fstatat(::dirfd(d.get()), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // gone
+        if (::fstatat(::dirfd(d.get()), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+          if (errno == ENOENT) continue;  // removed meanwhile
+          fail(prefix, "cannot stat " + in_quotes(root_ / key), errno);
+        }
         type = S_ISDIR(st.st_mode) ? DT_DIR : S_ISREG(st.st_mode) ? DT_REG : S_ISLNK(st.st_mode) ? DT_LNK : DT_UNKNOWN;
       }
       if (type == DT_DIR) {
@@ -687,9 +702,13 @@ std::vector<KeySize> FilesystemStore::walk_now(const std::string& prefix, bool s
         remove_if_stale(::dirfd(d.get()), e->d_name);
       } else if (key.starts_with(prefix) && (type == DT_REG || type == DT_LNK)) {
         struct stat st {};
-        const bool file = type == DT_REG ? !sizes || ::fstatat(::dirfd(d.get()), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0
-                                         : link_to_file(key, st);
-        if (file) keys.push_back(KeySize{key, static_cast<std::uint64_t>(st.st_size)});  // (else removed meanwhile)
+        bool file = type == DT_REG;
+        if (file && sizes && ::fstatat(::dirfd(d.get()), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+          if (errno != ENOENT) fail(prefix, "cannot stat " + in_quotes(root_ / key), errno);
+          file = false;  // removed meanwhile
+        }
+        if (type == DT_LNK) file = link_to_file(key, st);
+        if (file) keys.push_back(KeySize{key, static_cast<std::uint64_t>(st.st_size)});
       }
     }
     if (errno != 0 && errno != ENOENT) fail(prefix, "cannot list " + in_quotes(root_ / rel), errno);

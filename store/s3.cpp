@@ -156,10 +156,10 @@ ListPage parse_list(std::string_view doc) {
     if (auto k = xml_next(*contents, "Key", p)) {
       page.keys.push_back(xml_unescape(*k));
       std::size_t q = 0;
-      std::uint64_t size = 0;
+      std::uint64_t size = kNoSize;
       if (auto sz = xml_next(*contents, "Size", q)) {
         const auto [end, ec] = std::from_chars(sz->data(), sz->data() + sz->size(), size);
-        if (ec != std::errc() || end != sz->data() + sz->size()) size = 0;
+        if (ec != std::errc() || end != sz->data() + sz->size()) size = kNoSize;
       }
       page.sizes.push_back(size);
     }
@@ -671,6 +671,8 @@ awaitable<std::vector<KeySize>> S3Store::list_sizes(std::string prefix) {
     KeySize ks;
     ks.key = std::move(listing.keys[i]);
     ks.size = listing.sizes[i];
+    if (ks.size == s3xml::kNoSize)
+      throw StoreError(ks.key, "list", "the bucket listing gives no valid <Size> for this key");
     out.push_back(std::move(ks));
   }
   co_return out;

@@ -27,10 +27,13 @@ std::optional<std::string_view> xml_next(std::string_view doc, std::string_view 
 // The unescaped text of the first <tag> in `doc`, or "".
 std::string xml_first(std::string_view doc, std::string_view tag);
 
+// A key's size that the listing does not give (absent or malformed <Size>).
+inline constexpr std::uint64_t kNoSize = ~std::uint64_t{0};
+
 // One ListObjectsV2 result page.
 struct ListPage {
   std::vector<std::string> keys, prefixes;
-  std::vector<std::uint64_t> sizes;  // per key: its <Size> (0 when absent or malformed)
+  std::vector<std::uint64_t> sizes;  // per key: its <Size> (kNoSize when absent or malformed)
   std::string next;  // continuation token, "" at the end
 };
 ListPage parse_list(std::string_view doc);

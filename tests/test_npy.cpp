@@ -2,6 +2,8 @@
 // Fortran order, versions 2.0/3.0, typed errors, and NumPy-written fixtures;
 // the descr of every DataType (S, U and structs: shared/cases B45) and
 // hostile headers (deep nesting, overflowing shapes, invalid UTF-8).
+#include <sys/stat.h>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -746,4 +748,27 @@ TEST_CASE("npy: NpyWriter writes boxes in any order; the file appears only on co
   CHECK(test::read_file(out) == encode_npy(a));
   CHECK(std::distance(fs::directory_iterator(tmp.path), fs::directory_iterator{}) == 1);
   CHECK(error_field([&] { NpyWriter(tmp.path / "no/such/dir/x.npy", t, {2}); }) == "file");
+}
+
+TEST_CASE("npy: NpyWriter replaces a symlink's target and keeps its mode; a device or FIFO is refused, never blocks") {
+  test::TempDir tmp;
+  const DataType t = DataTypeKind::uint16;
+  const NdArray a{t, {5, 7}, pattern(t, 35, 3)};
+  const fs::path target = tmp.path / "target.npy", link = tmp.path / "link.npy";
+  write_bytes(target, Bytes(3));
+  fs::permissions(target, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read);
+  fs::create_symlink("target.npy", link);
+  {
+    NpyWriter w(link, t, a.shape);
+    w.write(Region::all(a.shape), a.data);
+    w.commit();
+  }
+  CHECK(fs::is_symlink(link));  // written through, not replaced by a file
+  CHECK(test::read_file(target) == encode_npy(a));
+  CHECK(fs::status(target).permissions() == (fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read));
+  CHECK(std::distance(fs::directory_iterator(tmp.path), fs::directory_iterator{}) == 2);  // no temporary file left
+  REQUIRE(::mkfifo((tmp.path / "fifo").c_str(), 0600) == 0);
+  CHECK(error_field([&] { NpyWriter(tmp.path / "fifo", t, {2}); }) == "file");
+  CHECK(error_field([&] { NpyReader r(tmp.path / "fifo"); }) == "file");  // (an open without a writer would block)
+  CHECK(error_field([&] { NpyWriter("/dev/null", t, {2}); }) == "file");
 }

@@ -48,7 +48,8 @@
 // created (mkdirat) and walked (list) through descriptors opened beneath
 // the root, never by path, so a directory swapped for a symlink to the
 // outside while the store works cannot make it create or list anything
-// there. A read opens its file once, whatever path it then takes.
+// there. read() opens its file once, whatever path it then takes (a
+// try_read_now that misses, then read(), open it twice).
 #pragma once
 
 #include <atomic>
@@ -106,7 +107,8 @@ class FilesystemStore : public Store {
   awaitable<void> erase(std::string key) override;
   // Success: whether a regular file is at the key. Failure: as get.
   awaitable<bool> exists(std::string key) override;
-  // Success: sorted keys of the regular files whose '/'-joined relative path
+  // Success: sorted keys of the regular files (and of symlinks to regular
+  // files inside the root) whose '/'-joined relative path
   // starts with `prefix` (temporary files excluded, stale ones removed; a
   // prefix no valid key can start with yields none). Failure: StoreError.
   awaitable<std::vector<std::string>> list(std::string prefix) override;
