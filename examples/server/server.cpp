@@ -203,6 +203,23 @@ std::string index_html(const std::string& dir, const std::optional<std::vector<N
   return h + "</ul>\n</body></html>\n";
 }
 
+// A query string holding at most the flag `name` (=1|true|0|false), read
+// into `value`; a 400 response for anything else.
+std::optional<Response> flag_param(const std::string& query, const std::string& name, bool& value) {
+  const auto params = parse_query(query);
+  if (!params) return text(http::status::bad_request, "malformed query string");
+  for (const auto& [k, v] : *params) {
+    if (k == name && (v == "1" || v == "true")) value = true;
+    else if (k == name && (v == "0" || v == "false")) value = false;
+    else {
+      std::string what = "unknown parameter '";
+      what.append(k).append("=").append(v).append("' (expected ").append(name).append("=1|0)");
+      return text(http::status::bad_request, what);
+    }
+  }
+  return std::nullopt;
+}
+
 // ---- the slice viewer (/view/) ----------------------------------------------
 
 // What the viewer's pages may load: their own scripts, styles and API only.
@@ -1200,14 +1217,8 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
   awaitable<Response> info(std::string path, std::string query) {
     if (!path.empty())
       if (auto why = key_problem(path)) co_return text(http::status::bad_request, "invalid path: " + *why);
-    const auto params = parse_query(query);
-    if (!params) co_return text(http::status::bad_request, "malformed query string");
     bool stats = false;
-    for (const auto& [k, v] : *params) {
-      if (k == "stats" && (v == "1" || v == "true")) stats = true;
-      else if (!(k == "stats" && (v == "0" || v == "false")))
-        co_return text(http::status::bad_request, "unknown parameter '" + k + "=" + v + "' (expected stats=1|0)");
-    }
+    if (auto bad = flag_param(query, "stats", stats)) co_return std::move(*bad);
     if (!inside(store->root(), path)) co_return not_found();  // a symlink out of the root
     std::optional<Response> failure;
     nlohmann::ordered_json j;
@@ -1247,14 +1258,8 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
   // GET /api/v1/<group>/members[?recursive=1]: {"members": [{"name",
   // "node_type", "zarr_format", "implicit"}, ...]} as Group::members lists them.
   awaitable<Response> members(std::string path, std::string query) {
-    const auto params = parse_query(query);
-    if (!params) co_return text(http::status::bad_request, "malformed query string");
     bool recursive = false;
-    for (const auto& [k, v] : *params) {
-      if (k == "recursive" && (v == "1" || v == "true")) recursive = true;
-      else if (!(k == "recursive" && (v == "0" || v == "false")))
-        co_return text(http::status::bad_request, "unknown parameter '" + k + "=" + v + "' (expected recursive=1|0)");
-    }
+    if (auto bad = flag_param(query, "recursive", recursive)) co_return std::move(*bad);
     auto found = co_await group_members(std::move(path), recursive);
     if (auto* failure = std::get_if<Response>(&found)) co_return std::move(*failure);
     Response res = respond(http::status::ok, "application/json");
