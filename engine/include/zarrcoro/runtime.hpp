@@ -4,8 +4,11 @@
 // Thread-safety: all methods are thread-safe. A Runtime must outlive every
 // Array, Group and Store that uses its executors. Destroying it waits for
 // the operations still in flight on an owned io_context to complete (their
-// results are delivered as usual), then stops its threads and the pool; an
-// adopted io_context must not be running then.
+// results are delivered as usual), then stops its threads and the pool. Two
+// things are the caller's to avoid: work of the caller's own on
+// codec_executor() starting an operation while the Runtime is destroyed
+// (the I/O threads may have ended: it would never run), and an adopted
+// io_context that is running or still holds an operation of this Runtime.
 //
 // Scheduling contract (the heart of the engine):
 //  - Codec compute (gzip, zstd, crc32c, transpose, byte-swapping `bytes`)
