@@ -612,13 +612,19 @@ bool FilesystemStore::erase_now(const std::string& key, const Generation& if_equ
 }
 
 bool FilesystemStore::exists_now(const std::string& key) const {
+  struct stat st {};
+  return stat_file(key, st);
+}
+
+// Whether a regular file is at `key` (symlinks inside the root followed);
+// `st` describes it. StoreError as a read of the key.
+bool FilesystemStore::stat_file(const std::string& key, struct stat& st) const {
   const int fd = open_beneath(key, key, O_PATH);
   if (fd < 0) {
     if (errno == ENOENT || errno == ENOTDIR) return false;
     fail(key, "cannot open " + in_quotes(root_ / key), errno);
   }
   FdGuard guard{fd};
-  struct stat st {};
   if (::fstat(fd, &st) != 0) fail(key, "cannot stat " + in_quotes(root_ / key), errno);
   return S_ISREG(st.st_mode);
 }
@@ -722,12 +728,9 @@ std::vector<KeySize> FilesystemStore::walk_now(const std::string& prefix, bool s
 // describes that file.
 bool FilesystemStore::link_to_file(const std::string& key, struct stat& st) const {
   try {
-    const int fd = open_beneath(key, key, O_PATH);
-    if (fd < 0) return false;
-    FdGuard guard{fd};
-    return ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    return stat_file(key, st);
   } catch (const StoreError&) {
-    return false;  // it leaves the root: no key to read
+    return false;  // it leaves the root, or cannot be followed: no key to read
   }
 }
 

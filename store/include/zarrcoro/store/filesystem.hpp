@@ -190,6 +190,7 @@ class FilesystemStore : public Store {
   std::optional<Generation> write_now(const std::string& key, const Bytes& value, const Generation& if_equal) const;
   bool erase_now(const std::string& key, const Generation& if_equal) const;
   bool exists_now(const std::string& key) const;
+  bool stat_file(const std::string& key, struct ::stat& st) const;
   std::vector<std::string> list_now(const std::string& prefix) const;
   std::vector<KeySize> walk_now(const std::string& prefix, bool sizes) const;
   void remove_if_stale(int dir_fd, const char* name) const;
