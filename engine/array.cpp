@@ -11,6 +11,7 @@
 #include <random>
 
 #include <list>
+#include <span>
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/bind_executor.hpp>
@@ -216,10 +217,12 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
     remaining_ = parts_.size();
     const std::size_t budget = st_->chunk_bytes() * budget_factor();
     auto slice_start = std::chrono::steady_clock::now();
-    std::size_t fetched_at_once = 0;
+    std::vector<std::size_t> window;  // parts holding their budget, to fetch at once
+    window.reserve(kWindow);
     for (std::size_t i = 0; i < parts_.size(); ++i) {
       bool budget_taken = !cancelled_ && engine_.bytes.try_acquire(budget);
       if (!budget_taken && !cancelled_) {
+        fetch_at_once(window);  // first: their budget is taken
         spawner_idle_ = true;
         maybe_flush();
         budget_taken = co_await engine_.bytes.acquire(budget);
@@ -233,19 +236,21 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
         remaining_ -= parts_.size() - i;
         break;
       }
-      if (fetched_now(i)) {
-        pending_.push_back(i);
-        maybe_flush();
-        // Let other handlers run after each slice of synchronous fetches.
-        if (++fetched_at_once % 16 == 0 && std::chrono::steady_clock::now() - slice_start > kSyncSlice) {
-          co_await asio::post(strand_, use_awaitable);
-          slice_start = std::chrono::steady_clock::now();
-        }
+      if (!can_fetch_now(i)) {
+        ++active_;
+        spawn(flow(self, i));
         continue;
       }
-      ++active_;
-      spawn(flow(self, i));
+      window.push_back(i);
+      if (window.size() < kWindow) continue;
+      fetch_at_once(window);
+      // Let other handlers run after each slice of synchronous fetches.
+      if (std::chrono::steady_clock::now() - slice_start > kSyncSlice) {
+        co_await asio::post(strand_, use_awaitable);
+        slice_start = std::chrono::steady_clock::now();
+      }
     }
+    fetch_at_once(window);
     spawner_idle_ = true;
     maybe_flush();
     if (remaining_ > 0) co_await done_.wait();
@@ -293,9 +298,15 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
   // Per-chunk stages, implemented by reads and writes.
   virtual asio::awaitable<void> fetch(std::size_t i) = 0;  // on strand
   virtual detail::ChunkTask& task(std::size_t i) = 0;
-  // Fetches chunk i at once, without a coroutine, when the store can answer
-  // without waiting (Store::try_read_now); false: run fetch(i) instead.
-  virtual bool fetch_now(std::size_t) { return false; }
+  // Whether chunk i may be fetched by fetch_now rather than fetch(i).
+  virtual bool can_fetch_now(std::size_t) const { return false; }
+  // Fetches the chunks `parts` at once, without a coroutine per chunk, where
+  // the store can answer without waiting (Store::try_read_now_many);
+  // answered[k] false: run fetch(parts[k]) instead. A failure is recorded on
+  // its task (answered).
+  virtual void fetch_now(std::span<const std::size_t> parts, std::vector<char>& answered) {
+    answered.assign(parts.size(), 0);
+  }
   virtual bool has_finish() const { return false; }
   virtual asio::awaitable<void> finish(std::size_t i) { co_return; }  // on strand, after codec work
   virtual std::size_t budget_factor() const { return 1; }
@@ -389,14 +400,25 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
   // other handlers.
   static constexpr std::chrono::microseconds kSyncSlice{200};
 
-  // fetch_now, with a failure recorded on the task like a failed fetch.
-  bool fetched_now(std::size_t i) {
-    try {
-      return fetch_now(i);
-    } catch (...) {
-      task(i).error = std::current_exception();  // skipped by the scheduler
-      return true;
+  // Parts fetched together by fetch_now: enough to share a store's work
+  // over threads, few enough to keep the loop responsive.
+  static constexpr std::size_t kWindow = 32;
+
+  // fetch_now for `window`; the parts it answered arrive, the others start
+  // their flow. Empties `window`.
+  void fetch_at_once(std::vector<std::size_t>& window) {
+    if (window.empty()) return;
+    fetch_now(window, answered_);
+    for (std::size_t k = 0; k < window.size(); ++k) {
+      if (answered_[k]) {
+        pending_.push_back(window[k]);
+        maybe_flush();
+      } else {
+        ++active_;
+        spawn(flow(shared_from_this(), window[k]));
+      }
     }
+    window.clear();
   }
 
   // One chunk: fetch, then wait for the batch, then finish.
@@ -481,6 +503,7 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
   asio::cancellation_signal run_signal_;                // cancels run()'s budget wait
   std::list<asio::cancellation_signal> stage_signals_;  // one per stage in flight
   std::vector<std::size_t> pending_;
+  std::vector<char> answered_;  // fetch_at_once's scratch
   std::exception_ptr error_;
   Done done_;
 };
@@ -538,14 +561,20 @@ class ReadOp final : public ChunkOp {
     fetched(i, std::move(got.value));
   }
 
-  bool fetch_now(std::size_t i) override {
-    const auto& p = parts_[i];
-    if (st_->shard && !p.whole_chunk) return false;
+  bool can_fetch_now(std::size_t i) const override { return !st_->shard || parts_[i].whole_chunk; }
+
+  void fetch_now(std::span<const std::size_t> parts, std::vector<char>& answered) override {
+    keys_now_.clear();
+    for (const std::size_t i : parts) keys_now_.push_back(st_->chunk_key(parts_[i].coords));
+    read_now_.assign(parts.size(), ReadNow{});
     const ReadOptions whole{};
-    auto got = st_->store->try_read_now(st_->chunk_key(p.coords), whole);
-    if (!got) return false;
-    fetched(i, std::move(got->value));
-    return true;
+    st_->store->try_read_now_many(keys_now_, whole, read_now_);
+    answered.assign(parts.size(), 1);
+    for (std::size_t k = 0; k < parts.size(); ++k) {
+      if (read_now_[k].error) tasks_[parts[k]].error = std::move(read_now_[k].error);  // skipped by the scheduler
+      else if (read_now_[k].result) fetched(parts[k], std::move(read_now_[k].result->value));
+      else answered[k] = 0;
+    }
   }
 
   // Chunk i's stored value (nullopt: absent, reads as fill_value) is in.
@@ -815,6 +844,8 @@ class ReadOp final : public ChunkOp {
   std::vector<std::string>* strings_ = nullptr;
   std::unique_ptr<codecs::VlenHeap> heap_;  // variable-length types: owns the decoded bytes out_'s views point into
   std::vector<Task> tasks_;
+  std::vector<std::string> keys_now_;  // fetch_now's scratch
+  std::vector<ReadNow> read_now_;
 };
 
 // ---- writes ------------------------------------------------------------------

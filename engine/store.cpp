@@ -62,6 +62,16 @@ awaitable<void> Store::erase_many(std::vector<std::string> keys) {
 
 std::optional<ReadResult> Store::try_read_now(const std::string&, const ReadOptions&) { return std::nullopt; }
 
+void Store::try_read_now_many(std::span<const std::string> keys, const ReadOptions& options, std::span<ReadNow> out) {
+  for (std::size_t k = 0; k < keys.size(); ++k) {
+    try {
+      out[k].result = try_read_now(keys[k], options);
+    } catch (...) {
+      out[k].error = std::current_exception();
+    }
+  }
+}
+
 awaitable<std::optional<Generation>> Store::write(std::string key, std::optional<Bytes> value,
                                                   WriteOptions options) {
   if (!options.if_equal.unknown())

@@ -43,6 +43,16 @@ std::optional<ReadResult> CountingStore::try_read_now(const std::string& key, co
   return r;
 }
 
+void CountingStore::try_read_now_many(std::span<const std::string> keys, const ReadOptions& options,
+                                      std::span<ReadNow> out) {
+  inner_->try_read_now_many(keys, options, out);
+  for (std::size_t k = 0; k < keys.size(); ++k) {
+    if (!out[k].result && !out[k].error) continue;
+    count_get(keys[k], options.range);
+    if (out[k].result) count_result(*out[k].result);
+  }
+}
+
 void CountingStore::count_get(const std::string& key, const ByteRange& range) {
   ++gets_;
   std::lock_guard lock(log_mu_);

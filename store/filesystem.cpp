@@ -15,11 +15,13 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <thread>
 #include <random>
 #include <system_error>
 
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/random_access_file.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -764,6 +766,38 @@ std::optional<ReadResult> FilesystemStore::try_read_now(const std::string& key, 
   FdGuard guard{fd};
   if (read_cached(key, fd, clip(options.range, size), result)) return result;
   return std::nullopt;
+}
+
+void FilesystemStore::try_read_now_many(std::span<const std::string> keys, const ReadOptions& options,
+                                        std::span<ReadNow> out) {
+  constexpr std::size_t kShareFrom = 8;
+  if (keys.size() < kShareFrom || !uses_io_uring()) return Store::try_read_now_many(keys, options, out);
+  struct Shared {
+    std::span<const std::string> keys;
+    const ReadOptions& options;
+    std::span<ReadNow> out;
+    std::atomic<std::size_t> next{0};
+    std::atomic<std::uint32_t> done{0};
+  };
+  // The helper may start after the caller has returned: it then claims no
+  // key and touches only `shared`.
+  auto shared = std::make_shared<Shared>(keys, options, out);
+  auto work = [this](Shared& s) {
+    const auto n = static_cast<std::uint32_t>(s.keys.size());
+    for (std::size_t k; (k = s.next.fetch_add(1, std::memory_order_relaxed)) < n;) {
+      try {
+        s.out[k].result = try_read_now(s.keys[k], s.options);
+      } catch (...) {
+        s.out[k].error = std::current_exception();
+      }
+      if (s.done.fetch_add(1, std::memory_order_acq_rel) + 1 == n) s.done.notify_one();
+    }
+  };
+  asio::post(pool_, [shared, work] { work(*shared); });
+  work(*shared);
+  const auto n = static_cast<std::uint32_t>(keys.size());
+  for (auto d = shared->done.load(std::memory_order_acquire); d < n; d = shared->done.load(std::memory_order_acquire))
+    shared->done.wait(d, std::memory_order_acquire);
 }
 
 // With io_uring the file is opened once, here, and read at once when the

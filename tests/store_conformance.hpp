@@ -433,6 +433,44 @@ inline void run_store_conformance(
     if (now("k")) CHECK_THROWS_AS(now("../k"), InvalidArgument);  // a store that answers checks keys
   }
 
+  SECTION("try_read_now_many answers each key like try_read_now, in place") {
+    // Enough keys for a store to share the work between threads.
+    std::vector<std::string> keys;
+    for (int i = 0; i < 40; ++i) {
+      keys.push_back("m/" + std::to_string(i));
+      h.set(keys.back(), "v" + std::to_string(i));
+    }
+    h.set("big", Bytes(300 * 1024, std::byte{7}));
+    keys.insert(keys.begin() + 3, "m/nope");
+    keys.insert(keys.begin() + 10, "../escape");
+    keys.insert(keys.begin() + 20, "big");
+    keys.insert(keys.begin() + 30, "m");  // a "directory" is no value
+    const ReadOptions whole;
+    std::vector<ReadNow> out(keys.size());
+    h.store->try_read_now_many(keys, whole, out);
+    const bool answers = h.store->try_read_now("m/0", whole).has_value();
+    for (std::size_t k = 0; k < keys.size(); ++k) {
+      INFO(keys[k]);
+      const ReadNow& r = out[k];
+      if (keys[k] == "../escape") {
+        if (answers) CHECK_THROWS_AS(std::rethrow_exception(r.error), InvalidArgument);
+        continue;
+      }
+      CHECK_FALSE(r.error);
+      if (!r.result) continue;  // not at once: the caller reads
+      if (keys[k] == "m/nope" || keys[k] == "m") {
+        CHECK_FALSE(r.result->value);
+      } else if (keys[k] == "big") {
+        REQUIRE(r.result->value);
+        CHECK(*r.result->value == Bytes(300 * 1024, std::byte{7}));
+      } else {
+        REQUIRE(r.result->value);
+        CHECK(*r.result->value == bytes_of("v" + keys[k].substr(2)));
+        CHECK(r.result->generation == h.read(keys[k]).generation);
+      }
+    }
+  }
+
   SECTION("versions: concurrent optimistic increments lose no update") {
     h.set("counter", "0");
     if (h.read("counter").generation.unknown()) return;

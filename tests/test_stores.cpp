@@ -599,3 +599,36 @@ TEST_CASE("FilesystemStore: small page-cached reads are answered at once, large 
   if (store->try_read_now("small", whole)) WARN("the kernel kept the file's pages; the cold path was not exercised");
   CHECK(*h.get("small") == small);
 }
+
+TEST_CASE("FilesystemStore: try_read_now_many answers every page-cached small file of a large batch with its bytes",
+          "[stores][filesystem]") {
+  test::TempDir tmp("stores");
+  StoreHarness h(filesystem_factory(tmp.path, kUring));
+  auto* store = static_cast<FilesystemStore*>(h.store.get());
+  if (!store->uses_io_uring()) {
+    WARN("SKIPPED: io_uring is unavailable here, so the store answers nothing at once");
+    return;
+  }
+  // Shared with a thread of the store's pool: each answer must land in its own slot.
+  std::vector<std::string> keys;
+  for (int i = 0; i < 500; ++i) {
+    keys.push_back("c/" + std::to_string(i));
+    if (i % 7 != 3) h.set(keys.back(), std::string(100 + i, static_cast<char>('a' + i % 26)));
+  }
+  const ReadOptions whole{};
+  for (int round = 0; round < 5; ++round) {
+    std::vector<ReadNow> out(keys.size());
+    store->try_read_now_many(keys, whole, out);
+    for (int i = 0; i < 500; ++i) {
+      INFO("key " << keys[i] << ", round " << round);
+      REQUIRE_FALSE(out[i].error);
+      REQUIRE(out[i].result);
+      if (i % 7 == 3) {
+        CHECK_FALSE(out[i].result->value);
+      } else {
+        REQUIRE(out[i].result->value);
+        CHECK(*out[i].result->value == bytes_of(std::string(100 + i, static_cast<char>('a' + i % 26))));
+      }
+    }
+  }
+}

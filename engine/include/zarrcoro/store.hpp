@@ -31,7 +31,9 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -86,6 +88,13 @@ struct ReadResult {
   std::optional<Bytes> value;  // the (clipped) range; nullopt if the key holds no value or `changed`
   Generation generation;       // of the value read; absent() if none; unknown if the store cannot tell
   bool changed = false;        // the if_equal condition failed: nothing was read
+};
+
+// One answer of Store::try_read_now_many: what try_read_now returned, or
+// the exception it raised.
+struct ReadNow {
+  std::optional<ReadResult> result;
+  std::exception_ptr error;
 };
 
 // A key and the size of its value in bytes (Store::list_sizes).
@@ -167,6 +176,17 @@ class Store {
   // and never for long on a disk. Lets the engine fetch many small chunks
   // without a coroutine per chunk. Same errors as read. Default: nullopt.
   virtual std::optional<ReadResult> try_read_now(const std::string& key, const ReadOptions& options);
+
+  // try_read_now for each of `keys` with the same `options`: on return,
+  // out[k] holds what try_read_now(keys[k], options) returned, or the error
+  // it raised (out[k].result is then nullopt). `out` has keys.size()
+  // elements. The store may share the work with threads of its own (a
+  // file store spreads the system calls of many small reads over two
+  // cores), so one call may answer on several cores; it returns once every
+  // key is answered. Throws nothing itself. Default: try_read_now for each
+  // key in turn, on the calling thread.
+  virtual void try_read_now_many(std::span<const std::string> keys, const ReadOptions& options,
+                                 std::span<ReadNow> out);
 
   // The executor this store's I/O runs on (the io_context it was made
   // with), where its token-form operations run; empty for a store that does

@@ -50,6 +50,8 @@ class CountingStore : public Store {
   awaitable<std::vector<KeySize>> list_sizes(std::string prefix) override;  // counted as a list
   awaitable<ReadResult> read(std::string key, ReadOptions options) override;
   std::optional<ReadResult> try_read_now(const std::string& key, const ReadOptions& options) override;
+  void try_read_now_many(std::span<const std::string> keys, const ReadOptions& options,
+                         std::span<ReadNow> out) override;  // counted per key, as try_read_now
   awaitable<std::optional<Generation>> write(std::string key, std::optional<Bytes> value,
                                              WriteOptions options) override;
   // "counting+<inner url>"
