@@ -155,9 +155,12 @@ namespace {
 // Common driver of a read or write over many chunks, running on one strand.
 // Chunk flows are spawned while the in-flight byte budget allows; each flow
 // fetches its chunk and "arrives"; arrived chunks are handed to the scheduler
-// in batches of up to batch_chunks, and a partial batch only when no other
-// flow of this call can arrive without waiting (so a call touching N chunks
-// makes at most ceil(N / batch_chunks) submissions when nothing waits).
+// in batches of up to batch_chunks inner chunks (a chunk counts as one, a
+// whole shard as the inner chunks it decodes), and a partial batch only when
+// no other flow of this call can arrive without waiting (so a call touching
+// N chunks makes at most ceil(N / batch_chunks) submissions when nothing
+// waits). Small chunks are fetched in windows (fetch_at_once) without a
+// coroutine each, where the store can answer at once.
 //
 // Cancellation (start() with a handler whose cancellation slot is
 // connected): no further chunk is started, the store requests in flight
@@ -411,8 +414,7 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
     fetch_now(window, answered_);
     for (std::size_t k = 0; k < window.size(); ++k) {
       if (answered_[k]) {
-        pending_.push_back(window[k]);
-        maybe_flush();
+        arrive(window[k]);
       } else {
         ++active_;
         spawn(flow(shared_from_this(), window[k]));
@@ -429,20 +431,38 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
       self->task(i).error = std::current_exception();  // skipped by the scheduler
     }
     --self->active_;
-    self->pending_.push_back(i);
-    self->maybe_flush();
+    self->arrive(i);
   }
 
+  // Chunk i is fetched (or failed): it waits for its batch.
+  void arrive(std::size_t i) {
+    pending_.push_back(i);
+    pending_weight_ += weight(i);
+    maybe_flush();
+  }
+
+  // A chunk's share of a batch: the inner chunks it decodes, so that a whole
+  // shard makes a batch of its own and starts decoding as soon as it is in.
+  std::size_t weight(std::size_t i) { return std::max<std::size_t>(1, task(i).max_parts); }
+
   void maybe_flush() {
-    while (pending_.size() >= batch_chunks_) submit(batch_chunks_);
+    while (pending_weight_ >= batch_chunks_) submit(next_batch_size());
     if (!pending_.empty() && active_ == 0 && spawner_idle_)
-      while (!pending_.empty()) submit(std::min(batch_chunks_, pending_.size()));
+      while (!pending_.empty()) submit(next_batch_size());
+  }
+
+  // How many pending chunks the next batch takes: up to batch_chunks of weight, at least one.
+  std::size_t next_batch_size() {
+    std::size_t n = 0, w = 0;
+    while (n < pending_.size() && w < batch_chunks_) w += weight(pending_[n++]);
+    return n;
   }
 
   void submit(std::size_t n) {
     auto batch = std::make_shared<detail::TaskBatch>();
     std::vector<std::size_t> ids(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(n));
     pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(n));
+    for (auto i : ids) pending_weight_ -= weight(i);
     for (auto i : ids)
       if (!task(i).error) batch->tasks.push_back(&task(i));
     auto self = shared_from_this();
@@ -503,6 +523,7 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
   asio::cancellation_signal run_signal_;                // cancels run()'s budget wait
   std::list<asio::cancellation_signal> stage_signals_;  // one per stage in flight
   std::vector<std::size_t> pending_;
+  std::size_t pending_weight_ = 0;  // of pending_
   std::vector<char> answered_;  // fetch_at_once's scratch
   std::exception_ptr error_;
   Done done_;

@@ -167,7 +167,7 @@ TEST_CASE("crc32c known answers", "[codecs][crc32c]") {
   for (int i = 0; i < 32; ++i) down[i] = static_cast<std::byte>(31 - i);
   CHECK(crc32c(down) == 0x113FDB5Cu);
   CHECK(crc32c(ByteSpan{}) == 0u);
-  CHECK(detail::crc32c_portable(span_of("123456789"), 0) == 0xE3069283u);
+  CHECK(codecs::detail::crc32c_portable(span_of("123456789"), 0) == 0xE3069283u);
 }
 
 TEST_CASE("crc32c chains through its seed and agrees across kernels", "[codecs][crc32c]") {
@@ -182,9 +182,9 @@ TEST_CASE("crc32c chains through its seed and agrees across kernels", "[codecs][
   for (std::size_t off = 0; off < 8; ++off)
     for (std::size_t len = 0; off + len <= 80; ++len) {
       const ByteSpan s = ByteSpan(data).subspan(off, len);
-      REQUIRE(crc32c(s, 0x1234567u) == detail::crc32c_portable(s, 0x1234567u));
+      REQUIRE(crc32c(s, 0x1234567u) == codecs::detail::crc32c_portable(s, 0x1234567u));
     }
-  CHECK(crc32c(data) == detail::crc32c_portable(data, 0));
+  CHECK(crc32c(data) == codecs::detail::crc32c_portable(data, 0));
 }
 
 // ---------------------------------------------------------------- bytes

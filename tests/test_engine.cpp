@@ -86,6 +86,39 @@ asio::awaitable<std::vector<std::int32_t>> async_round_trip(Array a, std::vector
 
 }  // namespace
 
+TEST_CASE("large buffers keep every byte, and a freed one serves the next of its size class", "[engine][bytes]") {
+  for (const std::size_t n : {std::size_t{1}, std::size_t{256 << 10} - 1, std::size_t{256 << 10},
+                              (std::size_t{4} << 20) + 1, (std::size_t{65} << 20) + 3}) {
+    INFO(n << " bytes");
+    Bytes b(n);
+    for (std::size_t i = 0; i < n; i += 4093) b[i] = std::byte(i % 251);
+    b[n - 1] = std::byte{42};
+    Bytes copy = b;  // copied and moved through the same allocator
+    Bytes moved = std::move(b);
+    for (std::size_t i = 0; i + 1 < n; i += 4093) REQUIRE(copy[i] == std::byte(i % 251));
+    CHECK(copy[n - 1] == std::byte{42});
+    CHECK(moved == copy);
+  }
+  if (!detail::block_cache_enabled()) {
+    WARN("SKIPPED the reuse check: this (AddressSanitizer) build allocates every block afresh");
+    return;
+  }
+  const std::byte* first = nullptr;
+  {
+    Bytes shard((std::size_t{4} << 20) + 1);
+    first = shard.data();
+  }
+  Bytes again((std::size_t{4} << 20) + 1000);  // within the same eighth of 4 MiB
+  CHECK(again.data() == first);
+  const std::byte* huge = nullptr;
+  {
+    Bytes b(std::size_t{80} << 20);  // more than the cache holds: freed at once
+    huge = b.data();
+  }
+  Bytes small(std::size_t{300} << 10);
+  CHECK(small.data() != huge);
+}
+
 TEST_CASE("codec work never runs on an I/O thread", "[engine][invariant]") {
   Runtime rt({.codec_threads = 2});
   auto store = std::make_shared<MemoryStore>();

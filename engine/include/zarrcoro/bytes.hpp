@@ -10,8 +10,26 @@
 
 namespace zarrcoro {
 
+namespace detail {
+// Blocks of at least this many bytes come from a process-wide cache of
+// recently freed ones (up to 64 MiB in all), so that reads which allocate
+// the same large buffers again and again (shards, encoded and decoded
+// chunks) do not fault fresh pages in each time: on a virtual machine a page
+// fault costs microseconds, and 32 MiB of fresh pages cost more than
+// decoding them. Thread-safe.
+inline constexpr std::size_t kCachedBlockBytes = std::size_t{256} << 10;
+// A block of at least `bytes` (rounded up to a size class within 1/8 of
+// it); throws std::bad_alloc.
+void* allocate_block(std::size_t bytes);
+// Returns a block from allocate_block(bytes), with the same `bytes`.
+void deallocate_block(void* p, std::size_t bytes) noexcept;
+// False in AddressSanitizer builds, which allocate every block afresh.
+bool block_cache_enabled();
+}  // namespace detail
+
 // An allocator whose value-construction leaves bytes uninitialized, so that
-// resizing a buffer that a decoder is about to overwrite costs no memset.
+// resizing a buffer that a decoder is about to overwrite costs no memset;
+// large blocks are cached (detail::allocate_block).
 template <class T>
 struct UninitAllocator : std::allocator<T> {
   template <class U>
@@ -21,6 +39,15 @@ struct UninitAllocator : std::allocator<T> {
   UninitAllocator() = default;
   template <class U>
   UninitAllocator(const UninitAllocator<U>&) noexcept {}
+  T* allocate(std::size_t n) {
+    if (n < detail::kCachedBlockBytes / sizeof(T)) return std::allocator<T>::allocate(n);
+    if (n > std::allocator_traits<std::allocator<T>>::max_size(*this)) throw std::bad_array_new_length();
+    return static_cast<T*>(detail::allocate_block(n * sizeof(T)));
+  }
+  void deallocate(T* p, std::size_t n) noexcept {
+    if (n < detail::kCachedBlockBytes / sizeof(T)) return std::allocator<T>::deallocate(p, n);
+    detail::deallocate_block(p, n * sizeof(T));
+  }
   template <class U>
   void construct(U* p) noexcept {
     ::new (static_cast<void*>(p)) U;
