@@ -1138,6 +1138,25 @@ TEST_CASE("server: metrics count requests by route and status, and show the loop
 // ---------------------------------------------------------------------------
 // Large values: sendfile, every range form, streamed slices.
 
+TEST_CASE("server: a body between 16 and 64 KiB, sent from the loop by sendfile without a transmit hop, is exact") {
+  TestServer s;
+  Client c(s.port());
+  for (const std::size_t n : {std::size_t{16 << 10} + 1, std::size_t{40000}, std::size_t{64 << 10}}) {
+    INFO(n << " bytes");
+    const std::string data = pattern(n);
+    write_file(s.root() / "mid", data);
+    const double sendfile_before = metric_now(s.port(), "zarrcoro_http_sendfile_bytes_total");
+    auto r = c.get("/mid");
+    REQUIRE(r.result_int() == 200);
+    CHECK(r.body() == data);
+    CHECK(r[http::field::content_length] == std::to_string(n));
+    CHECK(metric_now(s.port(), "zarrcoro_http_sendfile_bytes_total") - sendfile_before == static_cast<double>(n));
+    r = c.get("/mid", {{"Range", "bytes=100-"}});  // kept alive: the next request on the same connection
+    REQUIRE(r.result_int() == 206);
+    CHECK(r.body() == data.substr(100));
+  }
+}
+
 TEST_CASE("server: every range form on a file over 16 MiB returns the exact bytes (sendfile)") {
   TestServer s;
   const std::size_t n = (std::size_t{16} << 20) + 12345;

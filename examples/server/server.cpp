@@ -288,6 +288,9 @@ constexpr std::uint64_t kInMemoryBody = 16 << 10;
 // One transmit step (a sendfile or send call on the transmit pool) moves at
 // most this much, so that one large response does not hold a pool thread.
 constexpr std::uint64_t kTransmitStep = 1 << 20;
+// What is left of a body up to this size is sent from the loop (sendfile(2)
+// or send(2) on the non-blocking socket) rather than from the transmit pool.
+constexpr std::uint64_t kSendOnLoop = 64 << 10;
 // A streamed slice's slabs aim at this size (whole chunk rows, at least one).
 constexpr std::uint64_t kSlabBytes = 4 << 20;
 
@@ -952,47 +955,64 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
   // kTransmitStep bytes run on the transmit pool (send(2) with MSG_MORE
   // while more follows, sendfile(2) for file ranges; the socket is
   // non-blocking), so that copies into the socket never take the loop's
-  // CPU. While the socket is full, waits on the loop until it is writable,
-  // up to `deadline`. The caller has no other operation on the socket.
+  // CPU; the last kSendOnLoop bytes go from the loop. While the socket is
+  // full, waits on the loop until it is writable, up to `deadline`. The
+  // caller has no other operation on the socket.
   static awaitable<Sent> transmit(std::shared_ptr<Impl> self, std::shared_ptr<Conn> conn, std::vector<Segment> out,
                                   std::chrono::steady_clock::time_point deadline) {
     auto& sock = conn->stream.socket();
     Sent sent;
     if (!sock.native_non_blocking()) sock.native_non_blocking(true, sent.ec);
-    // The write deadline: the stream's timer covers its own writes only. A
-    // handler of an earlier transmission that was already queued when its
-    // timer was cancelled sees another `write_seq` and does nothing.
+    // The write deadline: the stream's timer covers its own writes only, and
+    // steps on the pool never block; so a timer cancels the wait for a
+    // writable socket, armed at the first such wait (a body that goes out
+    // at once costs no timer). A handler of an earlier transmission that
+    // was already queued when its timer was cancelled sees another
+    // `write_seq` and does nothing.
     const std::uint64_t seq = ++conn->write_seq;
-    conn->timer.expires_at(deadline);
-    auto expire = [conn, seq](boost::system::error_code ec) {
-      if (ec || conn->write_seq != seq) return;
-      boost::system::error_code ignored;
-      conn->stream.socket().cancel(ignored);
-    };
-    conn->timer.async_wait(std::move(expire));
+    bool armed = false;
     std::erase_if(out, [](const Segment& s) { return s.length == 0; });  // MSG_MORE must see what follows
     Progress at;
+    std::uint64_t left = 0;
+    for (const auto& s : out) left += s.length;
     while (!sent.ec && at.segment < out.size()) {
       const Progress before = at;
-      const int err = co_await asio::co_spawn(self->transmit_pool, transmit_step(sock.native_handle(), &out, &at),
-                                              use_awaitable);
+      // What is left of a small body goes at once: one system call on the
+      // loop (the kernel copies it) costs less than a hop to the pool and back.
+      int err = 0;
+      if (left <= kSendOnLoop)
+        err = transmit_step(sock.native_handle(), out, at);
+      else  // (not in a conditional expression: g++ 12)
+        err = co_await asio::co_spawn(self->transmit_pool, transmit_on_pool(sock.native_handle(), &out, &at),
+                                      use_awaitable);
       for (std::size_t i = before.segment; i <= at.segment && i < out.size(); ++i) {  // count what moved
         const std::uint64_t from = i == before.segment ? before.done : 0;
         const std::uint64_t to = i == at.segment ? at.done : out[i].length;
         sent.bytes += to - from;
+        left -= to - from;
         if (!out[i].data) self->metrics.sent_from_file(to - from);
       }
       const bool late = std::chrono::steady_clock::now() >= deadline;
       if (err == EAGAIN && late) {
         sent.ec = make_error_code(beast::error::timeout);
       } else if (err == EAGAIN) {
+        if (!armed) {
+          armed = true;
+          conn->timer.expires_at(deadline);
+          auto expire = [conn, seq](boost::system::error_code ec) {
+            if (ec || conn->write_seq != seq) return;
+            boost::system::error_code ignored;
+            conn->stream.socket().cancel(ignored);
+          };
+          conn->timer.async_wait(std::move(expire));
+        }
         auto [ec] = co_await sock.async_wait(tcp::socket::wait_write, kTuple);
         if (ec) sent.ec = std::chrono::steady_clock::now() >= deadline ? make_error_code(beast::error::timeout) : ec;
       } else if (err != 0) {  // the socket failed, or the file shrank under us (ENODATA)
         sent.ec = boost::system::error_code(err, boost::system::system_category());
       }
     }
-    conn->timer.cancel();
+    if (armed) conn->timer.cancel();
     co_return sent;
   }
 
@@ -1000,29 +1020,33 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
   // that many went out (a header and a 1 MiB body: one step), without blocking;
   // advances `*at`. Returns 0 when that much (or the rest) went out, EAGAIN
   // when the socket took nothing more, else the errno that ended it.
-  static awaitable<int> transmit_step(int socket, const std::vector<Segment>* out, Progress* at) {
+  static int transmit_step(int socket, const std::vector<Segment>& out, Progress& at) {
     std::uint64_t moved = 0;
-    while (at->segment < out->size() && moved < kTransmitStep) {
-      const Segment& s = (*out)[at->segment];
-      const std::uint64_t left = s.length - at->done, want = std::min(left, kTransmitStep);
+    while (at.segment < out.size() && moved < kTransmitStep) {
+      const Segment& s = out[at.segment];
+      const std::uint64_t left = s.length - at.done, want = std::min(left, kTransmitStep);
       ssize_t n = 0;
       if (want > 0) {
         if (s.data) {
-          const bool more = want < left || at->segment + 1 < out->size();  // hold partial frames
-          n = ::send(socket, static_cast<const char*>(s.data) + at->done, want, MSG_NOSIGNAL | (more ? MSG_MORE : 0));
+          const bool more = want < left || at.segment + 1 < out.size();  // hold partial frames
+          n = ::send(socket, static_cast<const char*>(s.data) + at.done, want, MSG_NOSIGNAL | (more ? MSG_MORE : 0));
         } else {
-          off_t offset = static_cast<off_t>(s.offset + at->done);
+          off_t offset = static_cast<off_t>(s.offset + at.done);
           n = ::sendfile(socket, s.fd, &offset, want);
-          if (n == 0) co_return ENODATA;
+          if (n == 0) return ENODATA;
         }
         if (n < 0 && errno == EINTR) continue;
-        if (n < 0) co_return errno == EWOULDBLOCK ? EAGAIN : errno;
+        if (n < 0) return errno == EWOULDBLOCK ? EAGAIN : errno;
       }
       moved += static_cast<std::uint64_t>(n);
-      at->done += static_cast<std::uint64_t>(n);
-      if (at->done == s.length) *at = {at->segment + 1, 0};
+      at.done += static_cast<std::uint64_t>(n);
+      if (at.done == s.length) at = {at.segment + 1, 0};
     }
-    co_return 0;
+    return 0;
+  }
+
+  static awaitable<int> transmit_on_pool(int socket, const std::vector<Segment>* out, Progress* at) {
+    co_return transmit_step(socket, *out, *at);
   }
 
   // -- routes --
