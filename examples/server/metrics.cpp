@@ -69,6 +69,9 @@ std::string Metrics::render(const RuntimeStats& stats, const LoopLag& lag) const
   sample(out, "zarrcoro_http_requests_cancelled_total", static_cast<double>(cancelled_.load()));
   metric(out, "zarrcoro_http_sendfile_bytes_total", "counter", "Body bytes sent from files by sendfile(2), not copied.");
   sample(out, "zarrcoro_http_sendfile_bytes_total", static_cast<double>(sendfile_bytes_.load()));
+  metric(out, "zarrcoro_http_transmit_pool_steps_total", "counter",
+         "Body sends run on the transmit pool (large bodies, and small ones not in the page cache).");
+  sample(out, "zarrcoro_http_transmit_pool_steps_total", static_cast<double>(pool_steps_.load()));
   metric(out, "zarrcoro_http_slice_memory_bytes", "gauge", "Memory reserved by slice responses in flight.");
   sample(out, "zarrcoro_http_slice_memory_bytes", static_cast<double>(slice_bytes_.load()));
 

@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 #include <sys/sendfile.h>
+#include <sys/syscall.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -283,14 +284,18 @@ bool is_metadata_key(std::string_view key) {
 
 // Bodies up to this size are read into memory and written with the header in
 // one system call on the loop; larger ones leave by sendfile(2) from the
-// transmit pool.
+// transmit pool, all but their last kSendOnLoop bytes (see below).
 constexpr std::uint64_t kInMemoryBody = 16 << 10;
 // One transmit step (a sendfile or send call on the transmit pool) moves at
 // most this much, so that one large response does not hold a pool thread.
 constexpr std::uint64_t kTransmitStep = 1 << 20;
-// What is left of a body up to this size is sent from the loop (sendfile(2)
-// or send(2) on the non-blocking socket) rather than from the transmit pool.
+// What is left of a body up to this size is sent from the loop (send(2) or,
+// for a file range the page cache holds, sendfile(2), on the non-blocking
+// socket) rather than from the transmit pool: the kernel's copy of 64 KiB
+// costs the loop less than a hop to the pool and back.
 constexpr std::uint64_t kSendOnLoop = 64 << 10;
+// transmit_step on the loop: a file range is not in the page cache.
+constexpr int kDiskWait = -1;
 // A streamed slice's slabs aim at this size (whole chunk rows, at least one).
 constexpr std::uint64_t kSlabBytes = 4 << 20;
 
@@ -393,7 +398,7 @@ tcp::endpoint parse_listen(const std::string& text) {
 struct Conn {
   explicit Conn(tcp::socket s) : stream(std::move(s)), timer(stream.get_executor()) {}
   beast::tcp_stream stream;
-  asio::steady_timer timer;  // the write deadline of a body sent from the transmit pool
+  asio::steady_timer timer;  // the write deadline while a body waits for the socket
   std::uint64_t write_seq = 0;  // which transmission the timer belongs to
   bool idle = false;            // waiting for the next request (shutdown may close it)
   // Cancels the engine work of the request in flight (its slice decodes);
@@ -975,22 +980,32 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
     Progress at;
     std::uint64_t left = 0;
     for (const auto& s : out) left += s.length;
-    while (!sent.ec && at.segment < out.size()) {
-      const Progress before = at;
-      // What is left of a small body goes at once: one system call on the
-      // loop (the kernel copies it) costs less than a hop to the pool and back.
-      int err = 0;
-      if (left <= kSendOnLoop)
-        err = transmit_step(sock.native_handle(), out, at);
-      else  // (not in a conditional expression: g++ 12)
-        err = co_await asio::co_spawn(self->transmit_pool, transmit_on_pool(sock.native_handle(), &out, &at),
-                                      use_awaitable);
-      for (std::size_t i = before.segment; i <= at.segment && i < out.size(); ++i) {  // count what moved
+    // Counts what moved from `before` to `at`.
+    auto count = [&](const Progress& before) {
+      for (std::size_t i = before.segment; i <= at.segment && i < out.size(); ++i) {
         const std::uint64_t from = i == before.segment ? before.done : 0;
         const std::uint64_t to = i == at.segment ? at.done : out[i].length;
         sent.bytes += to - from;
         left -= to - from;
         if (!out[i].data) self->metrics.sent_from_file(to - from);
+      }
+    };
+    while (!sent.ec && at.segment < out.size()) {
+      // What is left of a small body goes at once, from the loop. File bytes
+      // go that way only from the page cache: a range that would wait for
+      // the disk goes from the pool.
+      int err = kDiskWait;
+      if (left <= kSendOnLoop) {
+        const Progress before = at;
+        err = transmit_step(sock.native_handle(), out, at, true);
+        count(before);
+      }
+      if (err == kDiskWait) {
+        const Progress before = at;
+        self->metrics.transmit_step_on_pool();
+        err = co_await asio::co_spawn(self->transmit_pool, transmit_on_pool(sock.native_handle(), &out, &at),
+                                      use_awaitable);
+        count(before);
       }
       const bool late = std::chrono::steady_clock::now() >= deadline;
       if (err == EAGAIN && late) {
@@ -1013,23 +1028,29 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
       }
     }
     if (armed) conn->timer.cancel();
+    ++conn->write_seq;  // an expiry already queued must not cancel what the connection does next
     co_return sent;
   }
 
   // Sends from `*at` on, segments of at most kTransmitStep bytes each until
   // that many went out (a header and a 1 MiB body: one step), without blocking;
   // advances `*at`. Returns 0 when that much (or the rest) went out, EAGAIN
-  // when the socket took nothing more, else the errno that ended it.
-  static int transmit_step(int socket, const std::vector<Segment>& out, Progress& at) {
+  // when the socket took nothing more, else the errno that ended it. On the
+  // loop (`on_loop`), file ranges go only from the page cache, never from
+  // the disk: kDiskWait when they are not cached.
+  static int transmit_step(int socket, const std::vector<Segment>& out, Progress& at, bool on_loop = false) {
     std::uint64_t moved = 0;
     while (at.segment < out.size() && moved < kTransmitStep) {
       const Segment& s = out[at.segment];
-      const std::uint64_t left = s.length - at.done, want = std::min(left, kTransmitStep);
+      const std::uint64_t left = s.length - at.done;
+      std::uint64_t want = std::min(left, kTransmitStep);
       ssize_t n = 0;
+      const char* from = s.data ? static_cast<const char*>(s.data) + at.done : nullptr;
+      if (!from && on_loop && want > 0 && !in_page_cache(s.fd, s.offset + at.done, want)) return kDiskWait;
       if (want > 0) {
-        if (s.data) {
+        if (from) {
           const bool more = want < left || at.segment + 1 < out.size();  // hold partial frames
-          n = ::send(socket, static_cast<const char*>(s.data) + at.done, want, MSG_NOSIGNAL | (more ? MSG_MORE : 0));
+          n = ::send(socket, from, want, MSG_NOSIGNAL | (more ? MSG_MORE : 0));
         } else {
           off_t offset = static_cast<off_t>(s.offset + at.done);
           n = ::sendfile(socket, s.fd, &offset, want);
@@ -1043,6 +1064,25 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
       if (at.done == s.length) at = {at.segment + 1, 0};
     }
     return 0;
+  }
+
+  // Whether the page cache holds all of `length` bytes at `offset` of the
+  // file (cachestat(2), Linux 6.5; without it: no). It starts no read.
+  static bool in_page_cache(int fd, std::uint64_t offset, std::uint64_t length) {
+    struct Range {
+      std::uint64_t off, len;
+    } range{offset / 4096 * 4096, length + offset % 4096};
+    struct {
+      std::uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
+    } stat{};
+    constexpr long kCachestat = 451;  // the same number on every architecture
+    static std::atomic<bool> missing{false};
+    if (missing.load(std::memory_order_relaxed)) return false;
+    if (::syscall(kCachestat, fd, &range, &stat, 0) != 0) {
+      if (errno == ENOSYS) missing = true;
+      return false;
+    }
+    return stat.nr_cache * 4096 >= range.len;
   }
 
   static awaitable<int> transmit_on_pool(int socket, const std::vector<Segment>* out, Progress* at) {

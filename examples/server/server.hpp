@@ -26,7 +26,10 @@
 // once (FilesystemStore::open_file); bodies up to 16 KiB are read from the
 // page cache and written with the header in one call, larger responses
 // (whole values, ranges, multipart) leave by sendfile(2), called on the server's transmit pool
-// in steps of 1 MiB; the loop only waits for the socket to take more. A
+// in steps of 1 MiB, except their last 64 KiB, which the loop copies from
+// the page cache into the socket (cheaper than a hop to the pool and back;
+// a range not in the page cache goes from the pool); the loop only waits
+// for the socket to take more. A
 // slice is decoded and sent in slabs of whole chunk rows (about 4 MiB): each
 // slab is sent (from the transmit pool) while the next is decoded in the
 // codec pool, so a response holds two slabs, and a slow reader holds back
