@@ -155,8 +155,8 @@ namespace {
 // Common driver of a read or write over many chunks, running on one strand.
 // Chunk flows are spawned while the in-flight byte budget allows; each flow
 // fetches its chunk and "arrives"; arrived chunks are handed to the scheduler
-// in batches of up to batch_chunks inner chunks (a chunk counts as one, a
-// whole shard as the inner chunks it decodes), and a partial batch only when
+// in batches that close once they hold batch_chunks inner chunks (a chunk
+// counts as one, a shard as the inner chunks it decodes), and a partial batch only when
 // no other flow of this call can arrive without waiting (so a call touching
 // N chunks makes at most ceil(N / batch_chunks) submissions when nothing
 // waits). Small chunks are fetched in windows (fetch_at_once) without a
@@ -403,7 +403,7 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
   // other handlers.
   static constexpr std::chrono::microseconds kSyncSlice{200};
 
-  // Parts fetched together by fetch_now: enough to share a store's work
+  // Chunks fetched together by fetch_now: enough to share a store's work
   // over threads, few enough to keep the loop responsive.
   static constexpr std::size_t kWindow = 32;
 
@@ -411,7 +411,12 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
   // their flow. Empties `window`.
   void fetch_at_once(std::vector<std::size_t>& window) {
     if (window.empty()) return;
-    fetch_now(window, answered_);
+    try {
+      fetch_now(window, answered_);
+    } catch (...) {  // the store failed as a whole (out of memory): the window's chunks fail with it
+      for (const std::size_t i : window) task(i).error = std::current_exception();
+      answered_.assign(window.size(), 1);
+    }
     for (std::size_t k = 0; k < window.size(); ++k) {
       if (answered_[k]) {
         arrive(window[k]);
@@ -441,8 +446,8 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
     maybe_flush();
   }
 
-  // A chunk's share of a batch: the inner chunks it decodes, so that a whole
-  // shard makes a batch of its own and starts decoding as soon as it is in.
+  // A chunk's share of a batch: the inner chunks it decodes, so that a
+  // large shard closes a batch by itself and starts decoding as soon as it is in.
   std::size_t weight(std::size_t i) { return std::max<std::size_t>(1, task(i).max_parts); }
 
   void maybe_flush() {
@@ -451,7 +456,7 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
       while (!pending_.empty()) submit(next_batch_size());
   }
 
-  // How many pending chunks the next batch takes: up to batch_chunks of weight, at least one.
+  // How many pending chunks the next batch takes: until their weight reaches batch_chunks, at least one.
   std::size_t next_batch_size() {
     std::size_t n = 0, w = 0;
     while (n < pending_.size() && w < batch_chunks_) w += weight(pending_[n++]);

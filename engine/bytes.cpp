@@ -28,9 +28,12 @@ constexpr bool kCache = true;
 constexpr std::size_t kMaxCachedBytes = std::size_t{64} << 20;
 constexpr std::size_t kMaxCachedBlocks = 64;
 
-// `bytes` rounded up to a multiple of an eighth of its highest power of two.
-std::size_t size_class(std::size_t bytes) {
-  const std::size_t step = std::bit_floor(bytes) / 8;
+// What a block of `bytes` really allocates: for a block the cache may hold,
+// `bytes` rounded up to a multiple of an eighth of its highest power of two
+// (its size class); else exactly `bytes` (sanitizers then see every byte).
+std::size_t block_size(std::size_t bytes) {
+  if (!kCache || bytes > kMaxCachedBytes) return bytes;
+  const std::size_t step = std::bit_floor(bytes) / 8;  // bytes >= kCachedBlockBytes: step > 0
   return (bytes + step - 1) / step * step;
 }
 
@@ -50,9 +53,16 @@ Cache& cache() {
 
 bool block_cache_enabled() { return kCache; }
 
+std::size_t cached_block_bytes() {
+  if (!kCache) return 0;
+  Cache& c = cache();
+  std::lock_guard lock(c.mu);
+  return c.bytes;
+}
+
 void* allocate_block(std::size_t bytes) {
-  const std::size_t cls = size_class(bytes);
-  if (kCache) {
+  const std::size_t cls = block_size(bytes);
+  if (kCache && cls <= kMaxCachedBytes) {
     Cache& c = cache();
     std::lock_guard lock(c.mu);
     for (auto it = c.blocks.rbegin(); it != c.blocks.rend(); ++it)
@@ -67,7 +77,7 @@ void* allocate_block(std::size_t bytes) {
 }
 
 void deallocate_block(void* p, std::size_t bytes) noexcept {
-  const std::size_t cls = size_class(bytes);
+  const std::size_t cls = block_size(bytes);
   if (!kCache || cls > kMaxCachedBytes) return ::operator delete(p, cls);
   std::array<std::pair<std::size_t, void*>, kMaxCachedBlocks> evicted;  // freed outside the lock
   std::size_t drop = 0;  // the least recently freed go first

@@ -64,6 +64,7 @@ std::optional<ReadResult> Store::try_read_now(const std::string&, const ReadOpti
 
 void Store::try_read_now_many(std::span<const std::string> keys, const ReadOptions& options, std::span<ReadNow> out) {
   for (std::size_t k = 0; k < keys.size(); ++k) {
+    out[k] = {};
     try {
       out[k].result = try_read_now(keys[k], options);
     } catch (...) {

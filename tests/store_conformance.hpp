@@ -453,7 +453,10 @@ inline void run_store_conformance(
       INFO(keys[k]);
       const ReadNow& r = out[k];
       if (keys[k] == "../escape") {
-        if (answers) CHECK_THROWS_AS(std::rethrow_exception(r.error), InvalidArgument);
+        if (answers) {
+          REQUIRE(r.error);
+          CHECK_THROWS_AS(std::rethrow_exception(r.error), InvalidArgument);
+        }
         continue;
       }
       CHECK_FALSE(r.error);

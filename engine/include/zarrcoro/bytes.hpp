@@ -1,6 +1,8 @@
 // Byte buffers used across the engine, codecs and stores.
 //
-// Thread-safety: plain values; no internal synchronization.
+// Thread-safety: buffers are plain values, without internal
+// synchronization; the cache behind their allocator (large blocks) is
+// thread-safe.
 #pragma once
 
 #include <cstddef>
@@ -25,11 +27,14 @@ void* allocate_block(std::size_t bytes);
 void deallocate_block(void* p, std::size_t bytes) noexcept;
 // False in AddressSanitizer builds, which allocate every block afresh.
 bool block_cache_enabled();
+// Bytes of freed blocks the cache holds now.
+std::size_t cached_block_bytes();
 }  // namespace detail
 
 // An allocator whose value-construction leaves bytes uninitialized, so that
 // resizing a buffer that a decoder is about to overwrite costs no memset;
-// large blocks are cached (detail::allocate_block).
+// large blocks are cached (detail::allocate_block). (C++20: nothing else of
+// std::allocator allocates; C++23's allocate_at_least would need hiding.)
 template <class T>
 struct UninitAllocator : std::allocator<T> {
   template <class U>
@@ -39,6 +44,7 @@ struct UninitAllocator : std::allocator<T> {
   UninitAllocator() = default;
   template <class U>
   UninitAllocator(const UninitAllocator<U>&) noexcept {}
+  static_assert(sizeof(T) <= detail::kCachedBlockBytes && alignof(T) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__);
   T* allocate(std::size_t n) {
     if (n < detail::kCachedBlockBytes / sizeof(T)) return std::allocator<T>::allocate(n);
     if (n > std::allocator_traits<std::allocator<T>>::max_size(*this)) throw std::bad_array_new_length();

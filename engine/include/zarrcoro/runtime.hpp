@@ -14,10 +14,10 @@
 //  - Codec compute (gzip, zstd, crc32c, transpose, byte-swapping `bytes`)
 //    never runs on an I/O thread.
 //  - Chunk work reaches the pool in batches: a call touching N chunks makes at
-//    most ceil(N / batch_chunks) pool submissions, where a whole shard
-//    counts as the inner chunks it decodes (so a shard of batch_chunks inner
-//    chunks or more is a batch of its own, which starts as soon as that
-//    shard is in), and concurrent calls share batches. A batch may fan out
+//    most ceil(N / batch_chunks) pool submissions, where a shard counts as
+//    the inner chunks it decodes (so a shard of batch_chunks inner chunks or
+//    more closes a batch by itself, which starts as soon as that shard is
+//    in), and concurrent calls share batches (and submissions). A batch may fan out
 //    over the pool's threads internally, down to the inner chunks of one
 //    shard read: its threads share a shard's inner chunks
 //    (RuntimeStats::chunks counts the shard once).

@@ -179,12 +179,13 @@ class Store {
 
   // try_read_now for each of `keys` with the same `options`: on return,
   // out[k] holds what try_read_now(keys[k], options) returned, or the error
-  // it raised (out[k].result is then nullopt). `out` has keys.size()
-  // elements. The store may share the work with threads of its own (a
-  // file store spreads the system calls of many small reads over two
-  // cores), so one call may answer on several cores; it returns once every
-  // key is answered. Throws nothing itself. Default: try_read_now for each
-  // key in turn, on the calling thread.
+  // it raised (out[k].result is then nullopt); what out[k] held before is
+  // replaced. `out` has keys.size() elements. The store may share the work
+  // with threads of its own (a file store spreads the system calls of many
+  // small reads over two cores), so one call may answer on several cores;
+  // it returns once every key is answered. A key's error goes into its
+  // out[k]; the call itself throws only std::bad_alloc. Default:
+  // try_read_now for each key in turn, on the calling thread.
   virtual void try_read_now_many(std::span<const std::string> keys, const ReadOptions& options,
                                  std::span<ReadNow> out);
 
