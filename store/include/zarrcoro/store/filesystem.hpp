@@ -13,7 +13,8 @@
 // lacks it, one openat(O_NOFOLLOW) per path component. A read of a small
 // file costs open, fstat, one read and close; a read of a missing key one
 // failed open. Reads of page-cached ranges up to 256 KiB run at once on the
-// calling thread (preadv2 with RWF_NOWAIT); ranges that would wait for the
+// calling thread (preadv2 with RWF_NOWAIT), or, for many keys at once
+// (try_read_now_many), on it and one thread of the store's pool; ranges that would wait for the
 // disk move through io_uring, whose kernel workers wait; larger cached ones
 // are copied by blocking reads on the store's small thread pool. A disk
 // wait or a large copy never holds an I/O thread. Writes
