@@ -559,15 +559,20 @@ TEST_CASE("FilesystemStore: a read opens its file once, small or large, cached o
   ::close(in);
 }
 
+// The harness's FilesystemStore if it can answer at once (on io_uring), else null, with a warning.
+static FilesystemStore* store_answering_now(StoreHarness& h) {
+  auto* store = static_cast<FilesystemStore*>(h.store.get());
+  if (store->uses_io_uring()) return store;
+  WARN("SKIPPED: io_uring is unavailable here, so the store answers nothing at once");
+  return nullptr;
+}
+
 TEST_CASE("FilesystemStore: small page-cached reads are answered at once, large and cold ones are not",
           "[stores][filesystem]") {
   test::TempDir tmp("stores");
   StoreHarness h(filesystem_factory(tmp.path, kUring));
-  auto* store = static_cast<FilesystemStore*>(h.store.get());
-  if (!store->uses_io_uring()) {
-    WARN("SKIPPED: io_uring is unavailable here, so the store answers nothing at once");
-    return;
-  }
+  auto* store = store_answering_now(h);
+  if (!store) return;
   Bytes small(4096), large((std::size_t{256} << 10) + 1);
   for (std::size_t i = 0; i < large.size(); ++i) large[i] = std::byte(i * 7);
   std::copy_n(large.begin(), small.size(), small.begin());
@@ -604,11 +609,8 @@ TEST_CASE("FilesystemStore: try_read_now_many answers every page-cached small fi
           "[stores][filesystem]") {
   test::TempDir tmp("stores");
   StoreHarness h(filesystem_factory(tmp.path, kUring));
-  auto* store = static_cast<FilesystemStore*>(h.store.get());
-  if (!store->uses_io_uring()) {
-    WARN("SKIPPED: io_uring is unavailable here, so the store answers nothing at once");
-    return;
-  }
+  auto* store = store_answering_now(h);
+  if (!store) return;
   // Shared with a thread of the store's pool: each answer must land in its own slot.
   std::vector<std::string> keys;
   for (int i = 0; i < 500; ++i) {
