@@ -5,6 +5,7 @@
 #include <sys/syscall.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -1069,20 +1070,21 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
   // Whether the page cache holds all of `length` bytes at `offset` of the
   // file (cachestat(2), Linux 6.5; without it: no). It starts no read.
   static bool in_page_cache(int fd, std::uint64_t offset, std::uint64_t length) {
+    static const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
     struct Range {
       std::uint64_t off, len;
-    } range{offset / 4096 * 4096, length + offset % 4096};
+    } range{offset / page * page, length + offset % page};
     struct {
       std::uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
     } stat{};
-    constexpr long kCachestat = 451;  // the same number on every architecture
+    constexpr long kCachestat = 451;  // x86-64 and arm64 alike (Debian 12's headers predate it)
     static std::atomic<bool> missing{false};
     if (missing.load(std::memory_order_relaxed)) return false;
     if (::syscall(kCachestat, fd, &range, &stat, 0) != 0) {
       if (errno == ENOSYS) missing = true;
       return false;
     }
-    return stat.nr_cache * 4096 >= range.len;
+    return stat.nr_cache * page >= range.len;
   }
 
   static awaitable<int> transmit_on_pool(int socket, const std::vector<Segment>* out, Progress* at) {
