@@ -78,7 +78,7 @@ void* allocate_block(std::size_t bytes) {
 
 void deallocate_block(void* p, std::size_t bytes) noexcept {
   const std::size_t cls = block_size(bytes);
-  if (!kCache || cls > kMaxCachedBytes) return ::operator delete(p, cls);
+  if (!kCache || cls > kMaxCachedBytes) return ::operator delete(p);
   std::array<std::pair<std::size_t, void*>, kMaxCachedBlocks> evicted;  // freed outside the lock
   std::size_t drop = 0;  // the least recently freed go first
   {
@@ -93,7 +93,7 @@ void deallocate_block(void* p, std::size_t bytes) noexcept {
     c.blocks.emplace_back(cls, p);  // within the reserved capacity: no allocation
     c.bytes += cls;
   }
-  for (std::size_t i = 0; i < drop; ++i) ::operator delete(evicted[i].second, evicted[i].first);
+  for (std::size_t i = 0; i < drop; ++i) ::operator delete(evicted[i].second);
 }
 
 }  // namespace zarrcoro::detail

@@ -773,6 +773,7 @@ void FilesystemStore::try_read_now_many(std::span<const std::string> keys, const
   constexpr std::size_t kShareFrom = 8;
   if (keys.size() < kShareFrom || !uses_io_uring()) return Store::try_read_now_many(keys, options, out);
   struct Shared {
+    Shared(std::span<const std::string> k, const ReadOptions& o, std::span<ReadNow> r) : keys(k), options(o), out(r) {}
     std::span<const std::string> keys;
     const ReadOptions& options;
     std::span<ReadNow> out;
