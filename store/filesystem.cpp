@@ -786,12 +786,7 @@ void FilesystemStore::try_read_now_many(std::span<const std::string> keys, const
   auto work = [this](Shared& s) {
     const auto n = static_cast<std::uint32_t>(s.keys.size());
     for (std::size_t k; (k = s.next.fetch_add(1, std::memory_order_relaxed)) < n;) {
-      s.out[k] = {};
-      try {
-        s.out[k].result = try_read_now(s.keys[k], s.options);
-      } catch (...) {
-        s.out[k].error = std::current_exception();
-      }
+      Store::try_read_now_many(s.keys.subspan(k, 1), s.options, s.out.subspan(k, 1));  // this one key
       if (s.done.fetch_add(1, std::memory_order_acq_rel) + 1 == n) s.done.notify_one();
     }
   };
