@@ -57,6 +57,12 @@ struct RuntimeOptions {
   // thread), so that when decoding saturates the cores the kernel still runs
   // the I/O threads at once: the loop stays responsive. 0 leaves them alone.
   int codec_nice = 10;
+  // Time slice asked of the kernel for each owned I/O thread (see
+  // set_thread_time_slice below), so that an I/O thread waking on a core busy
+  // with codec work preempts it at once instead of waiting out the codec
+  // thread's slice (a few ms). 0 leaves the kernel's default. An adopted
+  // io_context's threads are the caller's: call set_thread_time_slice on them.
+  std::chrono::microseconds io_time_slice{100};
   // Concurrent store requests (gets, sets, erases). Keep it at most 128 with
   // the filesystem store on io_uring: Boost 1.81 stalls when more file
   // operations than that complete at once.
@@ -136,5 +142,14 @@ class Runtime {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// Asks the kernel for a time slice of `slice` for the calling thread: Linux
+// >= 6.12's EEVDF custom slice (sched_setattr(2), sched_runtime; the kernel
+// clamps it to 0.1-100 ms). A thread that wakes with a shorter slice than the
+// running one preempts it at once. The thread's policy and nice stay as they
+// were. Best effort: false if the kernel refused or the thread is not
+// SCHED_OTHER; kernels before 6.12 accept and ignore it. Affects only the
+// calling thread; safe from any thread.
+bool set_thread_time_slice(std::chrono::microseconds slice);
 
 }  // namespace zarrcoro
