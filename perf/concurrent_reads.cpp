@@ -41,6 +41,8 @@
 #include <boost/asio/use_future.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/post.hpp>
 #include <nlohmann/json.hpp>
 #include <zstd.h>
 
@@ -76,6 +78,7 @@ struct Options {
   double seconds = 1.5;
   unsigned codec_threads = 0;  // 0 = hardware threads
   unsigned lag_probe_us = 1000;
+  long io_time_slice_us = -1;  // -1 = RuntimeOptions' default
   std::string json_path;
   bool big = false, big_only = false, skip_overhead = false, overhead_only = false;
   std::string cache_dir;
@@ -309,10 +312,13 @@ Dataset load_dataset(std::string name, const fs::path& root, std::uint64_t max_s
 
 // Decodes the stored chunks round-robin on `threads` threads for `seconds`,
 // with libzstd directly (or memcpy for uncompressed chunks): no engine, no
-// store, no scheduling. Returns decoded MB/s.
+// store, no scheduling. Returns decoded MB/s. With `outs`, thread t decodes
+// into outs[t], outs[t + threads], ... in turn (its own buffer where there is
+// none), as the readers decode into theirs: one buffer per thread that stays
+// in the cache would make the limit 7-8% faster than any reader can be.
 double store_only_floor(const Dataset& ds, unsigned threads, double seconds);
 
-double codec_only_limit(const Dataset& ds, unsigned threads, double seconds) {
+double codec_only_limit(const Dataset& ds, unsigned threads, double seconds, std::vector<Bytes>* outs = nullptr) {
   if (ds.limit == LimitKind::none) return 0;
   if (ds.limit == LimitKind::store) return store_only_floor(ds, threads, seconds);
   std::atomic<std::uint64_t> total{0};
@@ -326,13 +332,21 @@ double codec_only_limit(const Dataset& ds, unsigned threads, double seconds) {
     for (unsigned t = 0; t < threads; ++t) {
       pool.emplace_back([&, t] {
         std::unique_ptr<ZSTD_DCtx, decltype(&ZSTD_freeDCtx)> dctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
-        Bytes out(ds.chunk_bytes);
-        std::memset(out.data(), 0, out.size());
+        Bytes own;
+        std::vector<Bytes*> targets;
+        for (std::size_t j = t; outs && j < outs->size(); j += threads)
+          if ((*outs)[j].size() >= ds.chunk_bytes) targets.push_back(&(*outs)[j]);
+        if (targets.empty()) {
+          own = Bytes(ds.chunk_bytes);
+          std::memset(own.data(), 0, own.size());
+          targets.push_back(&own);
+        }
         std::uint64_t done = 0;
         std::size_t i = t % ds.encoded.size();
         for (std::size_t k = 0;; ++k) {
           if (k % check_every == 0 && Clock::now() >= deadline) break;
           const Bytes& in = ds.encoded[i];
+          Bytes& out = *targets[k % targets.size()];
           if (ds.limit == LimitKind::zstd) {
             const std::size_t n = ZSTD_decompressDCtx(dctx.get(), out.data(), out.size(), in.data(), in.size());
             if (ZSTD_isError(n) || n != out.size()) {
@@ -397,8 +411,21 @@ Clock::time_point deadline_after(double seconds) {
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 
-// R threads, each: pick a chunk, Array::read_blocking it, repeat.
-Sample run_blocking(const Array& arr, const Dataset& ds, unsigned readers, double seconds) {
+// One output buffer per reader, touched once, so that no slice of a
+// configuration pays page faults for them.
+std::vector<Bytes> reader_buffers(const Dataset& ds, unsigned readers) {
+  std::vector<Bytes> bufs;
+  for (unsigned r = 0; r < readers; ++r) {
+    bufs.emplace_back(ds.max_region_bytes);
+    std::memset(bufs.back().data(), 0, bufs.back().size());
+  }
+  return bufs;
+}
+
+// R threads (reader r writes into bufs[r], seeded by `seed` + r), each: pick
+// a chunk, Array::read_blocking it, repeat.
+Sample run_blocking(const Array& arr, const Dataset& ds, std::vector<Bytes>& bufs, std::uint64_t seed,
+                    double seconds) {
   std::atomic<std::uint64_t> chunks{0}, bytes{0};
   std::mutex mu;
   std::string error;
@@ -406,11 +433,10 @@ Sample run_blocking(const Array& arr, const Dataset& ds, unsigned readers, doubl
   const auto deadline = deadline_after(seconds);
   {
     std::vector<std::jthread> threads;
-    for (unsigned r = 0; r < readers; ++r) {
+    for (unsigned r = 0; r < bufs.size(); ++r) {
       threads.emplace_back([&, r] {
-        Rng rng(r + 1);
-        Bytes buf(ds.max_region_bytes);
-        std::memset(buf.data(), 0, buf.size());
+        Rng rng(seed + r + 1);
+        Bytes& buf = bufs[r];
         std::uint64_t n = 0, b = 0;
         try {
           while (Clock::now() < deadline) {
@@ -434,16 +460,16 @@ Sample run_blocking(const Array& arr, const Dataset& ds, unsigned readers, doubl
 struct AsyncShared {
   const Dataset* ds;
   Array arr;
+  std::vector<Bytes>* bufs;
   Clock::time_point deadline;
   std::uint64_t chunks = 0, bytes = 0;  // only touched on the client thread
   std::string error;
 };
 
 // One coroutine on the client io_context: pick a chunk, co_await Array::read, repeat.
-asio::awaitable<void> async_reader(std::shared_ptr<AsyncShared> sh, unsigned id) {
-  Rng rng(id + 1);
-  Bytes buf(sh->ds->max_region_bytes);
-  std::memset(buf.data(), 0, buf.size());
+asio::awaitable<void> async_reader(std::shared_ptr<AsyncShared> sh, unsigned id, std::uint64_t seed) {
+  Rng rng(seed + id + 1);
+  Bytes& buf = (*sh->bufs)[id];
   try {
     while (Clock::now() < sh->deadline) {
       const ChunkRef& c = sh->ds->chunks[rng.next() % sh->ds->chunks.size()];
@@ -457,15 +483,17 @@ asio::awaitable<void> async_reader(std::shared_ptr<AsyncShared> sh, unsigned id)
 }
 
 // R coroutines spawned on a separate io_context run by this (the main) thread.
-Sample run_async(const Array& arr, const Dataset& ds, unsigned readers, double seconds) {
+Sample run_async(const Array& arr, const Dataset& ds, std::vector<Bytes>& bufs, std::uint64_t seed,
+                 double seconds) {
   asio::io_context client(1);
   auto sh = std::make_shared<AsyncShared>();
   sh->ds = &ds;
   sh->arr = arr;
+  sh->bufs = &bufs;
   const auto t0 = Clock::now();
   sh->deadline = deadline_after(seconds);
-  for (unsigned r = 0; r < readers; ++r)
-    asio::co_spawn(client, async_reader(sh, r), [sh](std::exception_ptr e) {
+  for (unsigned r = 0; r < bufs.size(); ++r)
+    asio::co_spawn(client, async_reader(sh, r, seed), [sh](std::exception_ptr e) {
       if (e && sh->error.empty()) sh->error = "unexpected exception in a reader";
     });
   client.run();  // returns when every reader has finished
@@ -515,14 +543,96 @@ json to_json(const Result& r, const char* benchmark) {
           {"error", r.error}};
 }
 
-// `limit` is the codec-only limit measured just before (see run()).
+// Lateness of a periodic timer on the runtime's io_context (the runtime's own
+// probe measures the same thing, but without pauses): samples are kept only
+// while recording, i.e. while the engine runs, not during the limit's slices.
+class LagProbe {
+ public:
+  LagProbe(asio::any_io_executor io, std::chrono::microseconds interval)
+      : st_(std::make_shared<State>(std::move(io), interval)) {
+    arm(st_);
+  }
+  ~LagProbe() {
+    st_->stopped = true;
+    asio::post(st_->timer.get_executor(), [st = st_] { st->timer.cancel(); });
+  }
+  LagProbe(const LagProbe&) = delete;
+  LagProbe& operator=(const LagProbe&) = delete;
+
+  void record(bool on) { st_->recording = on; }
+
+  LoopLag result() const {
+    std::vector<float> v;
+    {
+      std::lock_guard lk(st_->mu);
+      v = st_->samples;
+    }
+    LoopLag lag;
+    lag.samples = v.size();
+    if (v.empty()) return lag;
+    std::sort(v.begin(), v.end());
+    auto at = [&](double q) { return v[std::min(v.size() - 1, static_cast<std::size_t>(q * v.size()))]; };
+    lag.p50_us = at(0.50);
+    lag.p99_us = at(0.99);
+    lag.max_us = v.back();
+    return lag;
+  }
+
+ private:
+  struct State {
+    State(asio::any_io_executor io, std::chrono::microseconds i) : timer(io), interval(i) {}
+    asio::steady_timer timer;
+    std::chrono::microseconds interval;
+    Clock::time_point due;
+    std::atomic<bool> recording{false}, stopped{false};
+    std::mutex mu;
+    std::vector<float> samples;
+  };
+  static void arm(std::shared_ptr<State> st) {
+    st->due = Clock::now() + st->interval;
+    st->timer.expires_at(st->due);
+    st->timer.async_wait([st](boost::system::error_code ec) {
+      if (ec || st->stopped) return;
+      if (st->recording) {
+        const float late = std::chrono::duration<float, std::micro>(Clock::now() - st->due).count();
+        std::lock_guard lk(st->mu);
+        st->samples.push_back(late);
+      }
+      arm(st);
+    });
+  }
+  std::shared_ptr<State> st_;
+};
+
+// One configuration, measured in rounds so that a change of the machine's
+// speed during it (this VM's moves by up to 1.5x within seconds) moves both
+// sides of the ratio alike: each round runs the codec-only limit for half a
+// slice, then the engine for a slice of about 0.3 s. Throughput and limit
+// are totals over the rounds; the loop lag is sampled in the engine's slices.
 Result run_config(Runtime& rt, const Array& arr, const Dataset& ds, const char* dispatch,
-                  const std::string& api, unsigned readers, double seconds, double limit) {
+                  const std::string& api, unsigned readers, double seconds, unsigned lag_probe_us) {
+  const unsigned rounds = std::max(1u, static_cast<unsigned>(std::lround(seconds / 0.3)));
+  const double slice = seconds / rounds;
+  std::vector<Bytes> bufs = reader_buffers(ds, readers);
+  LagProbe probe(rt.io_executor(), std::chrono::microseconds(lag_probe_us));
   rt.reset_stats();
-  rt.reset_loop_lag();
   reset_peak_rss();
-  const Sample s = api == "blocking" ? run_blocking(arr, ds, readers, seconds)
-                                     : run_async(arr, ds, readers, seconds);
+  Sample total;
+  double limit_mb = 0, limit_seconds = 0;
+  for (unsigned k = 0; k < rounds && total.error.empty(); ++k) {
+    if (ds.limit != LimitKind::none) {
+      limit_mb += codec_only_limit(ds, rt.codec_threads(), slice / 2, &bufs) * (slice / 2);
+      limit_seconds += slice / 2;
+    }
+    probe.record(true);
+    const std::uint64_t seed = std::uint64_t{k} << 32;
+    const Sample s = api == "blocking" ? run_blocking(arr, ds, bufs, seed, slice) : run_async(arr, ds, bufs, seed, slice);
+    probe.record(false);
+    total.chunks += s.chunks;
+    total.bytes += s.bytes;
+    total.seconds += s.seconds;
+    total.error = s.error;
+  }
   Result r;
   r.dataset = ds.name;
   r.dispatch = dispatch;
@@ -532,16 +642,16 @@ Result run_config(Runtime& rt, const Array& arr, const Dataset& ds, const char* 
   r.readers = readers;
   r.codec_threads = rt.codec_threads();
   r.chunk_bytes = ds.chunk_bytes;
-  r.chunks_read = s.chunks;
-  r.seconds = s.seconds;
-  r.mb_s = static_cast<double>(s.bytes) / s.seconds / kMB;
-  r.codec_only_mb_s = limit;
-  r.ratio = limit > 0 ? r.mb_s / limit : 0;
+  r.chunks_read = total.chunks;
+  r.seconds = total.seconds;
+  r.mb_s = static_cast<double>(total.bytes) / total.seconds / kMB;
+  r.codec_only_mb_s = limit_seconds > 0 ? limit_mb / limit_seconds : 0;
+  r.ratio = r.codec_only_mb_s > 0 ? r.mb_s / r.codec_only_mb_s : 0;
   r.store_only_mb_s = ds.store_only_mb_s;
-  r.lag = rt.loop_lag();
+  r.lag = probe.result();
   r.stats = rt.stats();
   r.peak_rss_mib = peak_rss_mib();
-  r.error = s.error;
+  r.error = total.error;
   return r;
 }
 
@@ -814,8 +924,10 @@ int run(const Options& opt) {
   std::printf("  blocking API: R threads calling Array::read_blocking, one chunk per call\n");
   std::printf("  async API:    R coroutines co_awaiting Array::read, one chunk per call, on a separate\n"
               "                client io_context run by one thread (not the runtime's io_context)\n");
-  std::printf("  limit: codec-only throughput (libzstd on the same stored chunks, %u threads, no engine); for\n"
-              "         [bytes] chunks the store alone (open+pread+close of the chunk files, %u threads)\n",
+  std::printf("  limit: codec-only throughput (libzstd on the same stored chunks into the readers' buffers,\n"
+              "         %u threads, no engine); for [bytes] chunks the store alone (open+pread+close of the\n"
+              "         chunk files, %u threads); each configuration alternates ~0.3 s of reads with ~0.15 s\n"
+              "         of the limit\n",
               threads, threads);
   std::printf("  MB = 10^6 bytes; loop lag = lateness of a %u us timer on the runtime's io_context\n",
               opt.lag_probe_us);
@@ -849,7 +961,6 @@ int run(const Options& opt) {
     }
   }
 
-  const double burst = std::clamp(opt.seconds / 10, 0.1, 0.5);
   for (auto& ds : datasets) {
     ds.codec_only_mb_s = codec_only_limit(ds, threads, opt.seconds);
     ds.store_only_mb_s = store_only_floor(ds, threads, std::min(opt.seconds, 1.0));
@@ -872,7 +983,8 @@ int run(const Options& opt) {
       RuntimeOptions o;
       o.codec_threads = threads;
       o.dispatch = d.value;
-      o.lag_probe_interval = std::chrono::microseconds(opt.lag_probe_us);
+      o.lag_probe_interval = 0us;  // run_config samples the loop lag itself
+      if (opt.io_time_slice_us >= 0) o.io_time_slice = std::chrono::microseconds(opt.io_time_slice_us);
       Runtime rt(o);
       auto store = open_root(rt, ds.root.string());
       const Array arr = Array::open_blocking(rt, store, "");
@@ -883,11 +995,7 @@ int run(const Options& opt) {
       for (const auto& api : apis) {
         for (unsigned r : readers) {
           std::fprintf(stderr, "  running %s %s %s R=%u ...\n", ds.name.c_str(), d.name, api.c_str(), r);
-          // The limit again, in a short burst just before this configuration,
-          // so that a change of the machine's load between configurations
-          // moves both sides of the ratio.
-          const double limit = codec_only_limit(ds, threads, burst);
-          rows.push_back(run_config(rt, arr, ds, d.name, api, r, opt.seconds, limit));
+          rows.push_back(run_config(rt, arr, ds, d.name, api, r, opt.seconds, opt.lag_probe_us));
         }
       }
     }
@@ -895,11 +1003,9 @@ int run(const Options& opt) {
       double lo = 1e300, hi = 0;
       for (const auto& r : rows)
         if (r.dataset == ds.name) lo = std::min(lo, r.codec_only_mb_s), hi = std::max(hi, r.codec_only_mb_s);
-      std::printf("  %s: codec-only limit in the %.2f s bursts before each configuration: %.0f to %.0f MB/s%s\n",
-                  ds.name.c_str(), burst, lo, hi,
-                  hi > 1.15 * lo ? "\n  WARNING: it moved by more than 15%: the machine's load changed during the run"
-                                   " (compare rows with care)"
-                                 : "");
+      std::printf("  %s: codec-only limit, measured in rounds with each configuration: %.0f to %.0f MB/s%s\n",
+                  ds.name.c_str(), lo, hi,
+                  hi > 1.15 * lo ? " (the machine's speed moved; each ratio compares rounds run side by side)" : "");
     }
   }
   if (!rows.empty()) print_table(rows);
@@ -986,6 +1092,9 @@ int main(int argc, char** argv) {
   app.add_option("--codec-threads", opt.codec_threads, "Codec pool threads (default: hardware threads)");
   app.add_option("--lag-probe-us", opt.lag_probe_us, "Loop-lag probe interval in microseconds")
       ->check(CLI::Range(100u, 100000u));
+  app.add_option("--io-time-slice-us", opt.io_time_slice_us,
+                 "Time slice of the I/O thread in microseconds (RuntimeOptions::io_time_slice; 0 = kernel default)")
+      ->check(CLI::Range(0L, 100000L));
   app.add_option("--json", opt.json_path, "Write one JSON object per configuration run to FILE");
   app.add_flag("--big", opt.big, "Also read a 1 GiB zstd array whole into one buffer (generated once, cached)");
   app.add_flag("--big-only", opt.big_only, "Run only the --big test");

@@ -7,8 +7,8 @@ Each FILE is the --json output of one benchmark, recognised by its records:
 
 - concurrent_reads: concurrent_reads_throughput.* (MB/s against readers, one
   line per dispatch mode, a panel per dataset and API, the codec-only limit
-  as a dashed horizontal line: the median of the limit bursts measured
-  before each configuration, whose spread shows as a band) and
+  as a dashed horizontal line: the median of the limits measured with
+  each configuration, whose spread shows as a band) and
   concurrent_reads_loop_lag.* (the I/O loop's lag p99 against readers per
   dispatch mode, log scale, with the 1 ms target);
 - disk_io: disk_io.* (ms per whole-array read and write, per layout:
