@@ -78,7 +78,6 @@ struct Options {
   double seconds = 1.5;
   unsigned codec_threads = 0;  // 0 = hardware threads
   unsigned lag_probe_us = 1000;
-  long io_time_slice_us = -1;  // -1 = RuntimeOptions' default
   std::string json_path;
   bool big = false, big_only = false, skip_overhead = false, overhead_only = false;
   std::string cache_dir;
@@ -93,6 +92,8 @@ constexpr DispatchMode kDispatchModes[] = {
 
 // FilesystemStore options for the measured runs (--no-io-uring).
 FilesystemOptions g_fs_options;
+// --io-time-slice-us, for every Runtime the benchmark makes.
+std::chrono::microseconds g_io_time_slice = RuntimeOptions{}.io_time_slice;
 
 // The store holding the array: a directory (FilesystemStore with the measured
 // options), or a URL such as s3://bucket/prefix or http://host/path.
@@ -240,6 +241,7 @@ std::optional<Bytes> read_file(const fs::path& p) {
 // stored chunk bytes for the codec-only limit.
 Dataset load_dataset(std::string name, const fs::path& root, std::uint64_t max_sample = 1024) {
   RuntimeOptions o;
+  o.io_time_slice = g_io_time_slice;
   o.codec_threads = 1;
   o.lag_probe_interval = 0us;
   Runtime rt(o);
@@ -754,6 +756,7 @@ std::pair<double, std::vector<Overhead>> measure_overhead(unsigned codec_threads
   std::vector<Overhead> results;
   for (const Mode& mode : modes) {
     RuntimeOptions o;
+    o.io_time_slice = g_io_time_slice;
     o.codec_threads = codec_threads;
     o.dispatch = mode.dispatch;
     o.inline_bytes = mode.inline_bytes;
@@ -824,6 +827,7 @@ json run_big(const fs::path& cache_dir, unsigned codec_threads) {
   }
 
   RuntimeOptions o;
+  o.io_time_slice = g_io_time_slice;
   o.codec_threads = codec_threads;
   Runtime rt(o);
   auto store = std::make_shared<FilesystemStore>(rt.io_executor(), dir, g_fs_options);
@@ -981,10 +985,10 @@ int run(const Options& opt) {
 
     for (const auto& d : dispatches) {
       RuntimeOptions o;
+      o.io_time_slice = g_io_time_slice;
       o.codec_threads = threads;
       o.dispatch = d.value;
       o.lag_probe_interval = 0us;  // run_config samples the loop lag itself
-      if (opt.io_time_slice_us >= 0) o.io_time_slice = std::chrono::microseconds(opt.io_time_slice_us);
       Runtime rt(o);
       auto store = open_root(rt, ds.root.string());
       const Array arr = Array::open_blocking(rt, store, "");
@@ -1092,7 +1096,8 @@ int main(int argc, char** argv) {
   app.add_option("--codec-threads", opt.codec_threads, "Codec pool threads (default: hardware threads)");
   app.add_option("--lag-probe-us", opt.lag_probe_us, "Loop-lag probe interval in microseconds")
       ->check(CLI::Range(100u, 100000u));
-  app.add_option("--io-time-slice-us", opt.io_time_slice_us,
+  long io_time_slice_us = g_io_time_slice.count();
+  app.add_option("--io-time-slice-us", io_time_slice_us,
                  "Time slice of the I/O thread in microseconds (RuntimeOptions::io_time_slice; 0 = kernel default)")
       ->check(CLI::Range(0L, 100000L));
   app.add_option("--json", opt.json_path, "Write one JSON object per configuration run to FILE");
@@ -1105,6 +1110,7 @@ int main(int argc, char** argv) {
   app.add_option("--cache-dir", opt.cache_dir, "Where --big keeps its array (default: <tmp>/zarrcoro-perf-cache)");
   CLI11_PARSE(app, argc, argv);
   g_fs_options.use_io_uring = !no_io_uring;
+  g_io_time_slice = std::chrono::microseconds(io_time_slice_us);
   if (opt.readers.empty() || std::find(opt.readers.begin(), opt.readers.end(), 0u) != opt.readers.end()) {
     std::fprintf(stderr, "--readers: give positive counts, e.g. 1,2,8\n");
     return 2;
