@@ -9,7 +9,6 @@
 #include <optional>
 #include <thread>
 
-#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
