@@ -81,6 +81,7 @@ struct Runtime::Impl {
   std::size_t lag_next = 0;
   double lag_max = 0;
   std::uint64_t lag_count = 0;
+  bool lag_paused = false;
   bool stopping = false;
 
   static unsigned codec_threads(const RuntimeOptions& o) {
@@ -145,11 +146,13 @@ struct Runtime::Impl {
           std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - lag_due).count();
       {
         std::lock_guard lk(lag_mu);
-        if (lag_samples.size() < (1u << 16)) lag_samples.push_back(static_cast<float>(late));
-        else lag_samples[lag_next++ % lag_samples.size()] = static_cast<float>(late);
-        lag_max = std::max(lag_max, late);
-        ++lag_count;
         if (stopping) return;
+        if (!lag_paused) {
+          if (lag_samples.size() < (1u << 16)) lag_samples.push_back(static_cast<float>(late));
+          else lag_samples[lag_next++ % lag_samples.size()] = static_cast<float>(late);
+          lag_max = std::max(lag_max, late);
+          ++lag_count;
+        }
       }
       arm_lag_probe();
     });
@@ -228,6 +231,11 @@ LoopLag Runtime::loop_lag() const {
   out.p50_us = pct(0.50);
   out.p99_us = pct(0.99);
   return out;
+}
+
+void Runtime::pause_loop_lag(bool paused) {
+  std::lock_guard lk(impl_->lag_mu);
+  impl_->lag_paused = paused;
 }
 
 void Runtime::reset_loop_lag() {

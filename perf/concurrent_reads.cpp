@@ -41,8 +41,6 @@
 #include <boost/asio/use_future.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/post.hpp>
 #include <nlohmann/json.hpp>
 #include <zstd.h>
 
@@ -312,13 +310,14 @@ Dataset load_dataset(std::string name, const fs::path& root, std::uint64_t max_s
 
 // ---- the codec-only limit -----------------------------------------------------------------
 
+double store_only_floor(const Dataset& ds, unsigned threads, double seconds);
+
 // Decodes the stored chunks round-robin on `threads` threads for `seconds`,
 // with libzstd directly (or memcpy for uncompressed chunks): no engine, no
 // store, no scheduling. Returns decoded MB/s. With `outs`, thread t decodes
 // into outs[t], outs[t + threads], ... in turn (its own buffer where there is
 // none), as the readers decode into theirs: one buffer per thread that stays
 // in the cache would make the limit 7-8% faster than any reader can be.
-double store_only_floor(const Dataset& ds, unsigned threads, double seconds);
 
 double codec_only_limit(const Dataset& ds, unsigned threads, double seconds, std::vector<Bytes>* outs = nullptr) {
   if (ds.limit == LimitKind::none) return 0;
@@ -545,91 +544,30 @@ json to_json(const Result& r, const char* benchmark) {
           {"error", r.error}};
 }
 
-// Lateness of a periodic timer on the runtime's io_context (the runtime's own
-// probe measures the same thing, but without pauses): samples are kept only
-// while recording, i.e. while the engine runs, not during the limit's slices.
-class LagProbe {
- public:
-  LagProbe(asio::any_io_executor io, std::chrono::microseconds interval)
-      : st_(std::make_shared<State>(std::move(io), interval)) {
-    arm(st_);
-  }
-  ~LagProbe() {
-    st_->stopped = true;
-    asio::post(st_->timer.get_executor(), [st = st_] { st->timer.cancel(); });
-  }
-  LagProbe(const LagProbe&) = delete;
-  LagProbe& operator=(const LagProbe&) = delete;
-
-  void record(bool on) { st_->recording = on; }
-
-  LoopLag result() const {
-    std::vector<float> v;
-    {
-      std::lock_guard lk(st_->mu);
-      v = st_->samples;
-    }
-    LoopLag lag;
-    lag.samples = v.size();
-    if (v.empty()) return lag;
-    std::sort(v.begin(), v.end());
-    auto at = [&](double q) { return v[std::min(v.size() - 1, static_cast<std::size_t>(q * v.size()))]; };
-    lag.p50_us = at(0.50);
-    lag.p99_us = at(0.99);
-    lag.max_us = v.back();
-    return lag;
-  }
-
- private:
-  struct State {
-    State(asio::any_io_executor io, std::chrono::microseconds i) : timer(io), interval(i) {}
-    asio::steady_timer timer;
-    std::chrono::microseconds interval;
-    Clock::time_point due;
-    std::atomic<bool> recording{false}, stopped{false};
-    std::mutex mu;
-    std::vector<float> samples;
-  };
-  static void arm(std::shared_ptr<State> st) {
-    st->due = Clock::now() + st->interval;
-    st->timer.expires_at(st->due);
-    st->timer.async_wait([st](boost::system::error_code ec) {
-      if (ec || st->stopped) return;
-      if (st->recording) {
-        const float late = std::chrono::duration<float, std::micro>(Clock::now() - st->due).count();
-        std::lock_guard lk(st->mu);
-        st->samples.push_back(late);
-      }
-      arm(st);
-    });
-  }
-  std::shared_ptr<State> st_;
-};
-
 // One configuration, measured in rounds so that a change of the machine's
 // speed during it (this VM's moves by up to 1.5x within seconds) moves both
 // sides of the ratio alike: each round runs the codec-only limit for half a
 // slice, then the engine for a slice of about 0.3 s. Throughput and limit
 // are totals over the rounds; the loop lag is sampled in the engine's slices.
 Result run_config(Runtime& rt, const Array& arr, const Dataset& ds, const char* dispatch,
-                  const std::string& api, unsigned readers, double seconds, unsigned lag_probe_us) {
+                  const std::string& api, unsigned readers, double seconds) {
   const unsigned rounds = std::max(1u, static_cast<unsigned>(std::lround(seconds / 0.3)));
   const double slice = seconds / rounds;
   std::vector<Bytes> bufs = reader_buffers(ds, readers);
-  LagProbe probe(rt.io_executor(), std::chrono::microseconds(lag_probe_us));
   rt.reset_stats();
+  rt.reset_loop_lag();
   reset_peak_rss();
   Sample total;
   double limit_mb = 0, limit_seconds = 0;
   for (unsigned k = 0; k < rounds && total.error.empty(); ++k) {
     if (ds.limit != LimitKind::none) {
+      rt.pause_loop_lag(true);
       limit_mb += codec_only_limit(ds, rt.codec_threads(), slice / 2, &bufs) * (slice / 2);
       limit_seconds += slice / 2;
+      rt.pause_loop_lag(false);
     }
-    probe.record(true);
     const std::uint64_t seed = std::uint64_t{k} << 32;
     const Sample s = api == "blocking" ? run_blocking(arr, ds, bufs, seed, slice) : run_async(arr, ds, bufs, seed, slice);
-    probe.record(false);
     total.chunks += s.chunks;
     total.bytes += s.bytes;
     total.seconds += s.seconds;
@@ -650,7 +588,7 @@ Result run_config(Runtime& rt, const Array& arr, const Dataset& ds, const char* 
   r.codec_only_mb_s = limit_seconds > 0 ? limit_mb / limit_seconds : 0;
   r.ratio = r.codec_only_mb_s > 0 ? r.mb_s / r.codec_only_mb_s : 0;
   r.store_only_mb_s = ds.store_only_mb_s;
-  r.lag = probe.result();
+  r.lag = rt.loop_lag();
   r.stats = rt.stats();
   r.peak_rss_mib = peak_rss_mib();
   r.error = total.error;
@@ -988,7 +926,7 @@ int run(const Options& opt) {
       o.io_time_slice = g_io_time_slice;
       o.codec_threads = threads;
       o.dispatch = d.value;
-      o.lag_probe_interval = 0us;  // run_config samples the loop lag itself
+      o.lag_probe_interval = std::chrono::microseconds(opt.lag_probe_us);
       Runtime rt(o);
       auto store = open_root(rt, ds.root.string());
       const Array arr = Array::open_blocking(rt, store, "");
@@ -999,7 +937,7 @@ int run(const Options& opt) {
       for (const auto& api : apis) {
         for (unsigned r : readers) {
           std::fprintf(stderr, "  running %s %s %s R=%u ...\n", ds.name.c_str(), d.name, api.c_str(), r);
-          rows.push_back(run_config(rt, arr, ds, d.name, api, r, opt.seconds, opt.lag_probe_us));
+          rows.push_back(run_config(rt, arr, ds, d.name, api, r, opt.seconds));
         }
       }
     }

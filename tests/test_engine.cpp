@@ -390,6 +390,21 @@ TEST_CASE("a tiny memory budget still completes (no deadlock)", "[engine]") {
   CHECK(back == data);
 }
 
+TEST_CASE("a paused loop-lag probe keeps no samples, and resumes", "[engine]") {
+  Runtime rt({.codec_threads = 1, .lag_probe_interval = std::chrono::microseconds(200)});
+  rt.pause_loop_lag(true);
+  rt.reset_loop_lag();
+  // Several probe periods pass while paused: the timer fires, nothing is kept.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const LoopLag paused = rt.loop_lag();
+  CHECK(paused.samples == 0);
+  CHECK(paused.max_us == 0);
+  rt.pause_loop_lag(false);
+  for (int i = 0; i < 5000 && rt.loop_lag().samples == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  CHECK(rt.loop_lag().samples > 0);
+}
+
 namespace {
 
 // sched_getattr(2) of the calling thread: {sched_runtime in ns, nice}, or

@@ -135,6 +135,10 @@ class Runtime {
   void reset_stats();
   LoopLag loop_lag() const;
   void reset_loop_lag();
+  // While paused, the loop-lag probe keeps its timer running but keeps no
+  // samples (a benchmark leaves out the spans in which it measures something
+  // else on the same cores).
+  void pause_loop_lag(bool paused);
 
   detail::EngineState& engine();  // engine internal: scheduler, limits, key locks
 
