@@ -93,13 +93,15 @@ awaitable<std::vector<KeySize>> MemoryStore::list_sizes(std::string prefix) {
   std::vector<KeySize> out;
   {
     std::lock_guard lock(mu_);
-    for (auto it = values_.lower_bound(prefix); it != values_.end() && it->first.starts_with(prefix); ++it) {
-      KeySize ks;
-      ks.key = it->first;
-      ks.size = it->second.bytes->size();
-      out.push_back(std::move(ks));
-    }
+    for (const auto& [key, entry] : values_)
+      if (key.starts_with(prefix)) {
+        KeySize ks;
+        ks.key = key;
+        ks.size = entry.bytes->size();
+        out.push_back(std::move(ks));
+      }
   }
+  std::sort(out.begin(), out.end(), [](const KeySize& a, const KeySize& b) { return a.key < b.key; });
   co_return out;
 }
 
@@ -107,10 +109,10 @@ awaitable<std::vector<std::string>> MemoryStore::list(std::string prefix) {
   std::vector<std::string> keys;
   {
     std::lock_guard lock(mu_);
-    for (auto it = values_.lower_bound(prefix);
-         it != values_.end() && it->first.starts_with(prefix); ++it)
-      keys.push_back(it->first);
+    for (const auto& entry : values_)
+      if (entry.first.starts_with(prefix)) keys.push_back(entry.first);
   }
+  std::sort(keys.begin(), keys.end());
   co_return keys;
 }
 
