@@ -134,8 +134,11 @@ void Scheduler::flush() {
     queue.swap(queue_);
     flush_posted_ = false;
   }
+  // Every batch of this turn goes into one job (each job is a post, and on a
+  // virtual machine the wake-up it causes costs microseconds); only
+  // batch_bytes splits them.
   std::vector<std::shared_ptr<TaskBatch>> group;
-  std::size_t chunks = 0, bytes = 0;
+  std::size_t bytes = 0;
   auto emit = [&] {
     if (group.empty()) return;
     auto job = std::make_shared<PoolJob>();
@@ -154,15 +157,12 @@ void Scheduler::flush() {
     if (job->units > job->items.size()) job->splits = std::vector<PoolJob::Split>(job->items.size());
     post_job(std::move(job));
     group.clear();
-    chunks = bytes = 0;
+    bytes = 0;
   };
   for (auto& b : queue) {
-    const std::size_t n = b->tasks.size(), nb = b->bytes();
-    if (!group.empty() &&
-        (chunks + n > options_.batch_chunks || bytes + nb > options_.batch_bytes))
-      emit();
+    const std::size_t nb = b->bytes();
+    if (!group.empty() && bytes + nb > options_.batch_bytes) emit();
     group.push_back(std::move(b));
-    chunks += n;
     bytes += nb;
   }
   emit();

@@ -1,8 +1,9 @@
 // The codec scheduler: turns chunk work into batches for the codec pool.
 //
 // Calls on the I/O side hand over TaskBatches (the chunks of one call that
-// are ready). Batches submitted during one turn of the io_context are merged
-// into pool jobs of at most `batch_chunks` chunks and `batch_bytes` bytes;
+// are ready; a call closes a batch at `batch_chunks` chunks). Batches
+// submitted during one turn of the io_context are merged into one pool job,
+// split only where it would exceed `batch_bytes` decoded bytes;
 // each pool job is one post to the pool and fans out over its threads, which
 // also share the parts of a task that splits (a shard's inner chunks). A
 // batch with nothing to compute and at most `inline_bytes` runs at once on

@@ -17,7 +17,8 @@
 //    most ceil(N / batch_chunks) pool submissions, where a shard counts as
 //    the inner chunks it decodes (so a shard of batch_chunks inner chunks or
 //    more closes a batch by itself, which starts as soon as that shard is
-//    in), and concurrent calls share batches (and submissions). A batch may fan out
+//    in), and the batches of all calls ready in one turn of the io_context
+//    share one submission (up to batch_bytes). A submission may fan out
 //    over the pool's threads internally, down to the inner chunks of one
 //    shard read: its threads share a shard's inner chunks
 //    (RuntimeStats::chunks counts the shard once).
@@ -68,8 +69,13 @@ struct RuntimeOptions {
   // operations than that complete at once.
   std::size_t max_inflight_requests = 64;
   std::size_t max_inflight_bytes = std::size_t{256} << 20;  // decoded-chunk memory budget
-  std::size_t batch_chunks = 64;                       // chunks per pool submission
-  std::size_t batch_bytes = std::size_t{64} << 20;     // decoded bytes per pool submission
+  // A call hands its fetched chunks to the codec pool in batches of this
+  // many (a shard counts as its inner chunks), so that decoding starts while
+  // later chunks are still being fetched. The batches of all calls ready in
+  // one turn of the io_context share one pool submission of at most
+  // batch_bytes decoded bytes (more bytes: more submissions).
+  std::size_t batch_chunks = 64;
+  std::size_t batch_bytes = std::size_t{64} << 20;
   std::size_t inline_bytes = std::size_t{256} << 10;   // trivial batches up to this run inline
   std::size_t coalesce_gap = std::size_t{1} << 20;     // shard reads: merge byte ranges closer than this
   std::size_t coalesce_max = std::size_t{16} << 20;    // ...into requests of at most this many bytes
