@@ -479,6 +479,18 @@ TEST_CASE("server: Range headers resolve as RFC 9110 says") {
   CHECK(server::resolve_ranges(many.substr(0, many.rfind(',')), 1000).ranges.size() == server::kMaxRanges);
 }
 
+// fuzz_server_http: year 3988 overflowed the clock's 64-bit nanoseconds
+// (undefined behaviour) in an If-Modified-Since or If-Range date.
+TEST_CASE("server: an HTTP date outside the clock's range is no date, not an overflow") {
+  CHECK_FALSE(server::parse_http_date("Sun, 06 Nov 3988 08:49:37 GMT"));
+  CHECK_FALSE(server::parse_http_date("Mon, 01 Jan 1600 00:00:00 GMT"));
+  CHECK_FALSE(server::parse_http_date("Sat Jan  1 00:00:00 9999"));
+  // The last representable second still parses (2262-04-11 23:47:16 UTC).
+  CHECK(server::parse_http_date("Fri, 11 Apr 2262 23:47:16 GMT") ==
+        std::chrono::system_clock::from_time_t(9223372036));
+  CHECK(server::parse_http_date("Fri, 11 Apr 2262 23:47:17 GMT") == std::nullopt);
+}
+
 TEST_CASE("server: HTTP dates parse in all three forms, and validators compare weakly") {
   const auto t = std::chrono::system_clock::from_time_t(784111777);  // Sun, 06 Nov 1994 08:49:37 GMT
   CHECK(server::parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT") == t);
