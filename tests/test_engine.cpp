@@ -182,21 +182,24 @@ TEST_CASE("a call touching N chunks makes at most ceil(N / batch) pool submissio
 
 // Each pool submission wakes a pool thread, which costs microseconds on a
 // virtual machine: the batches one turn of the io_context hands over go out
-// together. 32 chunks are one fetch window of a store that answers at once,
-// so all 8 batches of 4 are ready in the same turn.
+// together, grouped up to batch_bytes. 16 chunks are less than one fetch
+// window of a store that answers at once (32, ChunkOp::kWindow), so all 4
+// batches of 4 are ready in the same turn.
 TEST_CASE("the batches ready in one io_context turn share one pool submission", "[engine][invariant]") {
-  Runtime rt({.codec_threads = 2, .batch_chunks = 4});
+  const std::size_t batch_bytes = GENERATE(std::size_t{64} << 20, std::size_t{1});
+  Runtime rt({.codec_threads = 2, .batch_chunks = 4, .batch_bytes = batch_bytes});
   auto a = Array::create_blocking(rt, std::make_shared<MemoryStore>(), "",
-                                  make_meta({32, 10}, {1, 10}, DataTypeKind::int32, codecs_json(kComputeChains[1])));
-  const auto data = iota_vec(320);
+                                  make_meta({16, 10}, {1, 10}, DataTypeKind::int32, codecs_json(kComputeChains[1])));
+  const auto data = iota_vec(160);
   a.write_blocking(Region::all(a.shape()), as_bytes(data));
   rt.reset_stats();
-  std::vector<std::int32_t> back(320);
+  std::vector<std::int32_t> back(160);
   a.read_blocking(Region::all(a.shape()), as_writable(back));
   const auto s = rt.stats();
+  INFO("batch_bytes " << batch_bytes);
   CHECK(back == data);
-  CHECK(s.chunks == 32);
-  CHECK(s.pool_submissions == 1);
+  CHECK(s.chunks == 16);
+  CHECK(s.pool_submissions == (batch_bytes == 1 ? 4u : 1u));  // a batch over batch_bytes goes out alone
 }
 
 TEST_CASE("per-chunk dispatch makes one submission per chunk (the baseline)", "[engine]") {

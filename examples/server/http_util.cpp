@@ -152,7 +152,7 @@ std::string http_date(std::chrono::system_clock::time_point t) {
 
 std::optional<std::chrono::system_clock::time_point> parse_http_date(std::string_view text) {
   using std::chrono::system_clock;
-  // The clock counts nanoseconds in 64 bits: years 1678 to 2261.
+  // libstdc++'s clock counts nanoseconds in 64 bits: years 1678 to 2262.
   constexpr auto kMax = std::chrono::duration_cast<std::chrono::seconds>(system_clock::duration::max()).count();
   constexpr auto kMin = std::chrono::duration_cast<std::chrono::seconds>(system_clock::duration::min()).count();
   const std::string s(trim(text));
@@ -161,8 +161,9 @@ std::optional<std::chrono::system_clock::time_point> parse_http_date(std::string
     std::tm tm{};
     const char* end = ::strptime(s.c_str(), format, &tm);
     if (!end || *end != '\0') continue;
-    // A date the clock cannot hold is no date here, so the header it came in
-    // is ignored (RFC 9110 13.1.3: If-Modified-Since with an invalid date).
+    // A date the clock cannot hold is no date here: an If-Modified-Since
+    // with it is ignored (RFC 9110 13.1.3), and an If-Range with it never
+    // matches, so the whole representation is sent.
     const std::time_t t = ::timegm(&tm);
     if (t < kMin || t > kMax) return std::nullopt;
     return system_clock::from_time_t(t);

@@ -83,9 +83,9 @@ std::string Metrics::render(const RuntimeStats& stats, const LoopLag& lag) const
   metric(out, "zarrcoro_io_loop_lag_samples_total", "counter", "Loop-lag probe samples taken.");
   sample(out, "zarrcoro_io_loop_lag_samples_total", static_cast<double>(lag.samples));
 
-  metric(out, "zarrcoro_codec_pool_queue_depth", "gauge", "Chunk batches submitted to the codec pool and not finished.");
+  metric(out, "zarrcoro_codec_pool_queue_depth", "gauge", "Jobs (batches of chunk work) submitted to the codec pool and not finished.");
   sample(out, "zarrcoro_codec_pool_queue_depth", static_cast<double>(stats.pool_queue_depth));
-  metric(out, "zarrcoro_codec_pool_submissions_total", "counter", "Chunk batches submitted to the codec pool.");
+  metric(out, "zarrcoro_codec_pool_submissions_total", "counter", "Jobs (batches of chunk work) submitted to the codec pool.");
   sample(out, "zarrcoro_codec_pool_submissions_total", static_cast<double>(stats.pool_submissions));
   metric(out, "zarrcoro_codec_inline_batches_total", "counter", "Trivial batches run on the I/O thread (no codec work).");
   sample(out, "zarrcoro_codec_inline_batches_total", static_cast<double>(stats.inline_batches));

@@ -17,8 +17,9 @@
 //    most ceil(N / batch_chunks) pool submissions, where a shard counts as
 //    the inner chunks it decodes (so a shard of batch_chunks inner chunks or
 //    more closes a batch by itself, which starts as soon as that shard is
-//    in), and the batches of all calls ready in one turn of the io_context
-//    share one submission (up to batch_bytes). A submission may fan out
+//    in). With one I/O thread, the batches of all calls ready in one turn of
+//    the io_context share a submission: they are grouped up to batch_bytes
+//    decoded bytes, and a larger batch goes out alone. A submission may fan out
 //    over the pool's threads internally, down to the inner chunks of one
 //    shard read: its threads share a shard's inner chunks
 //    (RuntimeStats::chunks counts the shard once).
@@ -71,9 +72,9 @@ struct RuntimeOptions {
   std::size_t max_inflight_bytes = std::size_t{256} << 20;  // decoded-chunk memory budget
   // A call hands its fetched chunks to the codec pool in batches of this
   // many (a shard counts as its inner chunks), so that decoding starts while
-  // later chunks are still being fetched. The batches of all calls ready in
-  // one turn of the io_context share one pool submission of at most
-  // batch_bytes decoded bytes (more bytes: more submissions).
+  // later chunks are still being fetched. The batches ready in one turn of
+  // the io_context share pool submissions, grouped up to batch_bytes decoded
+  // bytes (a batch is never split: a larger one is a submission alone).
   std::size_t batch_chunks = 64;
   std::size_t batch_bytes = std::size_t{64} << 20;
   std::size_t inline_bytes = std::size_t{256} << 10;   // trivial batches up to this run inline
@@ -96,13 +97,13 @@ struct RuntimeOptions {
 
 // Monotonic counters since construction or reset_stats().
 struct RuntimeStats {
-  std::uint64_t pool_submissions = 0;   // batches posted to the codec pool
-  std::uint64_t fanout_posts = 0;       // extra posts that spread one batch (or shard) over threads
+  std::uint64_t pool_submissions = 0;   // pool jobs (one or more batches) posted to the codec pool
+  std::uint64_t fanout_posts = 0;       // extra posts that spread one job (or shard) over threads
   std::uint64_t inline_batches = 0;     // batches run on the I/O thread without a hop
   std::uint64_t chunks = 0;             // chunk tasks executed (pool or inline)
   std::uint64_t codec_calls = 0;        // chunk encodes/decodes that computed something
   std::uint64_t codec_calls_on_io_thread = 0;  // of those, run on an I/O thread (must stay 0)
-  std::uint64_t pool_queue_depth = 0;   // batches submitted but not finished (a gauge)
+  std::uint64_t pool_queue_depth = 0;   // pool jobs submitted but not finished (a gauge)
 };
 
 // Lateness of a periodic timer on the io_context: how long a ready handler
