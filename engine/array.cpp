@@ -767,31 +767,12 @@ class ReadOp final : public ChunkOp {
   void decode(std::size_t i, std::optional<Bytes>& encoded) {
     const codecs::VlenHeapScope heap_scope(heap_.get());
     const ChunkPart& p = parts_[i];
-    const auto& spec = st_->pipeline->chunk_spec();
-    const std::size_t es = spec.dtype.size();
-    const auto& region = region_shape_;
     if (!encoded) {
-      detail::fill_box(out_.data(), region, p.out_start, p.shape, st_->fill.data(), es);
+      detail::fill_box(out_.data(), region_shape_, p.out_start, p.shape, st_->fill.data(), st_->meta.data_type.size());
       return;
     }
     try {
-      // Decode straight into the output when the part is the whole chunk and
-      // lands contiguously there; otherwise through a per-thread scratch chunk.
-      const bool direct = direct_target(p, spec.shape);
-      if (direct) {
-        std::uint64_t off = 0, stride = es;
-        for (std::size_t d = region.size(); d-- > 0;) {
-          off += p.out_start[d] * stride;
-          stride *= region[d];
-        }
-        st_->pipeline->decode(*encoded, out_.subspan(off, st_->chunk_bytes()));
-      } else {
-        thread_local Bytes scratch;
-        scratch.resize(st_->chunk_bytes());
-        st_->pipeline->decode(*encoded, scratch);
-        detail::copy_box(scratch.data(), spec.shape, p.chunk_start, out_.data(), region, p.out_start,
-                         p.shape, es);
-      }
+      decode_to_out(*st_->pipeline, *encoded, p, p.out_start);
     } catch (...) {
       rethrow_with_key(std::current_exception(), st_->chunk_key(p.coords));
     }
@@ -805,8 +786,6 @@ class ReadOp final : public ChunkOp {
     auto& t = tasks_[i];
     const auto& inner = st_->shard->inner();
     const std::size_t es = st_->meta.data_type.size();
-    thread_local Bytes scratch;
-    scratch.resize(inner.chunk_spec().num_bytes());
     detail::Dims out_start(p.out_start.size());
     for (std::size_t j = from; j < to; ++j) {
       const auto& piece = t.pieces[j];
@@ -816,13 +795,42 @@ class ReadOp final : public ChunkOp {
         continue;
       }
       try {
-        inner.decode(ByteSpan(t.buffers[piece.buffer]).subspan(piece.offset, piece.size), scratch);
+        decode_to_out(inner, ByteSpan(t.buffers[piece.buffer]).subspan(piece.offset, piece.size), piece.part,
+                      out_start);
       } catch (...) {
         rethrow_with_key(std::current_exception(), st_->chunk_key(p.coords));
       }
-      detail::copy_box(scratch.data(), inner.chunk_spec().shape, piece.part.chunk_start, out_.data(),
-                       region_shape_, out_start, piece.part.shape, es);
     }
+  }
+
+  // Decodes one chunk of `pipeline` into `part` of out_, placed at
+  // `out_start`: straight into out_ when the part is the whole chunk and
+  // lands contiguously there; a trivial pipeline's bytes (a plain copy) are
+  // copied from `encoded` directly; otherwise through a per-thread scratch
+  // chunk. Raises what the pipeline raises.
+  void decode_to_out(const codecs::CodecPipeline& pipeline, ByteSpan encoded, const ChunkPart& part,
+                     const detail::Dims& out_start) {
+    const auto& spec = pipeline.chunk_spec();
+    const std::size_t es = spec.dtype.size();
+    const std::uint64_t n = spec.num_bytes();
+    if (direct_target(part, spec.shape)) {
+      std::uint64_t off = 0, stride = es;
+      for (std::size_t d = region_shape_.size(); d-- > 0;) {
+        off += out_start[d] * stride;
+        stride *= region_shape_[d];
+      }
+      pipeline.decode(encoded, out_.subspan(off, n));
+      return;
+    }
+    ByteSpan decoded = encoded;
+    if (!pipeline.is_trivial() || encoded.size() != n) {
+      thread_local Bytes scratch;
+      scratch.resize(n);
+      pipeline.decode(encoded, scratch);
+      decoded = scratch;
+    }
+    detail::copy_box(decoded.data(), spec.shape, part.chunk_start, out_.data(), region_shape_, out_start, part.shape,
+                     es);
   }
 
   // True if the chunk's full extent equals the part and is contiguous in out.

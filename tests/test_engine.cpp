@@ -512,6 +512,41 @@ TEST_CASE("a runtime can adopt a service's io_context", "[engine]") {
   }
 }
 
+TEST_CASE("a plain-copy chunk of the wrong size is CorruptChunk in whole and partial reads", "[engine][errors]") {
+  // A [bytes] chunk is copied to the selection straight from the stored
+  // bytes when the read needs only part of it; a stored value of the wrong
+  // size must still fail, not be read past its end.
+  Runtime rt({.codec_threads = 1});
+  auto store = std::make_shared<MemoryStore>();
+  auto a = Array::create_blocking(
+      rt, store, "", make_meta({4, 4}, {2, 4}, DataTypeKind::int32, codecs_json(R"([{"name":"bytes","configuration":{"endian":"little"}}])")));
+  const auto data = iota_vec(16);
+  a.write_blocking(Region::all(a.shape()), as_bytes(data));
+  // Exact values: a selection inside a chunk, across chunks, and whole rows.
+  std::vector<std::int32_t> inner(2);
+  a.read_blocking({{1, 1}, {2, 3}}, as_writable(inner));
+  CHECK(inner == std::vector<std::int32_t>{6, 7});
+  std::vector<std::int32_t> across(4);
+  a.read_blocking({{1, 2}, {3, 4}}, as_writable(across));
+  CHECK(across == std::vector<std::int32_t>{7, 8, 11, 12});
+  std::vector<std::int32_t> rows(8);
+  a.read_blocking({{1, 0}, {3, 4}}, as_writable(rows));
+  CHECK(rows == iota_vec(8, 5));
+
+  Bytes shorter = stored(rt, store, "c/1/0");
+  shorter.resize(shorter.size() - 4);
+  asio::co_spawn(rt.io_executor(), store->set("c/1/0", shorter), asio::use_future).get();
+  for (const Region& r : {Region::all(a.shape()), Region{{3, 1}, {4, 2}}}) {
+    try {
+      a.read_blocking(r);
+      FAIL("expected CorruptChunk");
+    } catch (const CorruptChunk& e) {
+      CHECK(e.key() == "c/1/0");
+      CHECK(e.field() == "bytes");
+    }
+  }
+}
+
 TEST_CASE("bad calls get typed errors naming the key and the field", "[engine][errors]") {
   Runtime rt({.codec_threads = 1});
   auto store = std::make_shared<MemoryStore>();
