@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -77,11 +78,20 @@ void close_fd(int fd) {
 // The generation of the file `st` describes: a new file (every write
 // renames a new one into place) has a new inode and modification time.
 Generation generation_of(const struct stat& st) {
-  char buf[96];
-  std::snprintf(buf, sizeof buf, "f%llx:%llx:%llx:%llx.%lx", static_cast<unsigned long long>(st.st_dev),
-                static_cast<unsigned long long>(st.st_ino), static_cast<unsigned long long>(st.st_size),
-                static_cast<unsigned long long>(st.st_mtim.tv_sec), static_cast<long>(st.st_mtim.tv_nsec));
-  return {buf};
+  // "f<dev>:<ino>:<size>:<mtime s>.<mtime ns>" in hex; to_chars, not
+  // snprintf, which was 1% of the I/O thread reading small chunks.
+  char buf[96] = {'f'};
+  char* at = buf + 1;
+  const unsigned long long fields[] = {static_cast<unsigned long long>(st.st_dev),
+                                       static_cast<unsigned long long>(st.st_ino),
+                                       static_cast<unsigned long long>(st.st_size),
+                                       static_cast<unsigned long long>(st.st_mtim.tv_sec),
+                                       static_cast<unsigned long long>(st.st_mtim.tv_nsec)};
+  for (std::size_t i = 0; i < std::size(fields); ++i) {
+    if (i) *at++ = i == 4 ? '.' : ':';
+    at = std::to_chars(at, buf + sizeof buf, fields[i], 16).ptr;
+  }
+  return {std::string(buf, at)};
 }
 
 // An exclusive flock(2) on a directory, held by conditional writes of the
