@@ -44,6 +44,7 @@
 #include <zarrcoro/store/filesystem.hpp>
 
 #include "http_util.hpp"
+#include "loop_inbox.hpp"
 #include "viewer_assets.hpp"
 
 namespace zarrcoro::server {
@@ -496,7 +497,8 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
         acceptor(strand),
         deadline(strand),
         transmit_threads(opt.transmit_threads ? opt.transmit_threads : std::max(1u, std::thread::hardware_concurrency() / 2)),
-        transmit_pool(transmit_threads) {
+        transmit_pool(transmit_threads),
+        inbox(std::make_shared<LoopInbox>(rt.io_context())) {
     // sendfile(2) has no MSG_NOSIGNAL: a client gone mid-body must not kill us.
     std::signal(SIGPIPE, SIG_IGN);
     for (unsigned i = 0; i < transmit_threads; ++i)  // named for top -H and perf (best effort)
@@ -519,6 +521,7 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
   Metrics metrics;
   const unsigned transmit_threads;
   asio::thread_pool transmit_pool;  // copies of large bodies into sockets
+  const std::shared_ptr<LoopInbox> inbox;  // the transmit pool's way back to the loop
   std::atomic<bool> stopping{false};
 
   std::mutex arrays_mu;  // guards arrays
@@ -1004,8 +1007,10 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
       if (err == kDiskWait) {
         const Progress before = at;
         self->metrics.transmit_step_on_pool();
-        err = co_await asio::co_spawn(self->transmit_pool, transmit_on_pool(sock.native_handle(), &out, &at),
-                                      use_awaitable);
+        auto step = [fd = sock.native_handle(), segments = &out, progress = &at] {
+          return transmit_step(fd, *segments, *progress);
+        };
+        err = co_await self->inbox->run<int>(self->transmit_pool, std::move(step), use_awaitable);
         count(before);
       }
       const bool late = std::chrono::steady_clock::now() >= deadline;
@@ -1085,10 +1090,6 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
       return false;
     }
     return stat.nr_cache * page >= range.len;
-  }
-
-  static awaitable<int> transmit_on_pool(int socket, const std::vector<Segment>* out, Progress* at) {
-    co_return transmit_step(socket, *out, *at);
   }
 
   // -- routes --
@@ -1337,7 +1338,9 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
   awaitable<Response> index_page(std::string path) {
     if (!path.empty())
       if (auto why = key_problem(path)) co_return text(http::status::bad_request, "invalid path: " + *why);
-    auto entries = co_await asio::co_spawn(transmit_pool, list_directory(store->root(), path), asio::use_awaitable);
+    auto list = [root = store->root(), path] { return directory_entries(root, path); };
+    auto entries = co_await inbox->run<std::optional<std::vector<DirEntry>>>(transmit_pool, std::move(list),
+                                                                             use_awaitable);
     if (!entries) co_return not_found();
     auto found = co_await group_members(path, false);
     std::optional<std::vector<NodeEntry>> members;
@@ -1413,10 +1416,6 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
     }
     body += "<p>Browse the <a href=\"/\">directories</a> for arrays to view.</p>\n";
     co_return viewer_page_response(status, group ? shown + " is not an array" : "no array at " + shown, body);
-  }
-
-  static awaitable<std::optional<std::vector<DirEntry>>> list_directory(fs::path root, std::string path) {
-    co_return directory_entries(root, path);
   }
 
   // GET /api/v1/<array>?region=...&format=npy|raw
