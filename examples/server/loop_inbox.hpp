@@ -18,6 +18,7 @@
 #pragma once
 
 #include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <exception>
