@@ -20,6 +20,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -41,8 +42,17 @@ namespace zarrcoro::server {
 
 class LoopInbox : public std::enable_shared_from_this<LoopInbox> {
  public:
-  // Raises std::system_error when no eventfd can be made.
-  explicit LoopInbox(boost::asio::io_context& io) : efd_(io, make_eventfd()) {}
+  // Raises std::system_error when no eventfd can be made or registered.
+  explicit LoopInbox(boost::asio::io_context& io) : efd_(io) {
+    const int fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (fd < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
+    try {
+      efd_.assign(fd);
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+  }
 
   // Runs `job()` (returning R, default-constructible) on `pool` and
   // completes `token` with (exception_ptr, R) on the token's executor,
@@ -54,29 +64,29 @@ class LoopInbox : public std::enable_shared_from_this<LoopInbox> {
       using Handler = decltype(handler);
       auto h = std::make_shared<Handler>(std::move(handler));
       self->expect();
-      boost::asio::post(pool, [self, h, job = std::move(job)]() mutable {
+      auto work = [self, h, job = std::move(job), loop = self->efd_.get_executor()]() mutable {
         auto out = std::make_shared<std::pair<std::exception_ptr, R>>();
         try {
           out->second = job();
         } catch (...) {
           out->first = std::current_exception();
         }
-        self->post([h, out] {
-          auto ex = boost::asio::get_associated_executor(*h);
+        self->post([h, out, loop] {
+          auto ex = boost::asio::get_associated_executor(*h, loop);
           boost::asio::dispatch(ex, [h, out] { std::move(*h)(out->first, std::move(out->second)); });
         });
-      });
+      };
+      try {
+        boost::asio::post(pool, std::move(work));
+      } catch (...) {  // out of memory: the post will never come
+        self->unexpect();
+        throw;
+      }
     };
     return boost::asio::async_initiate<Token, void(std::exception_ptr, R)>(std::move(init), token, std::move(job));
   }
 
  private:
-  static int make_eventfd() {
-    const int fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (fd < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
-    return fd;
-  }
-
   // On the loop: one more post() is due; the eventfd is read until it came.
   void expect() {
     std::lock_guard lk(mu_);
@@ -84,6 +94,15 @@ class LoopInbox : public std::enable_shared_from_this<LoopInbox> {
     if (!reading_) {
       reading_ = true;
       read();
+    }
+  }
+
+  // The post() that an expect() announced will not come.
+  void unexpect() {
+    std::lock_guard lk(mu_);
+    if (--due_ == 0 && reading_) {
+      boost::system::error_code ignored;
+      efd_.cancel(ignored);  // the pending read ends with operation_aborted
     }
   }
 
@@ -119,10 +138,18 @@ class LoopInbox : public std::enable_shared_from_this<LoopInbox> {
       ready.swap(queue_);
       signalled_ = false;
       due_ -= ready.size();
-      reading_ = due_ > 0 && ec != boost::asio::error::operation_aborted && ec != boost::asio::error::bad_descriptor;
+      reading_ = due_ > 0 && ec != boost::asio::error::bad_descriptor;
       if (reading_) read();
     }
-    for (auto& f : ready) f();
+    // Every queued completion runs; the first exception (none is expected:
+    // each only dispatches a handler) leaves io_context::run afterwards.
+    std::exception_ptr first;
+    for (auto& f : ready) try {
+        f();
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+    if (first) std::rethrow_exception(first);
   }
 
   boost::asio::posix::stream_descriptor efd_;
