@@ -503,12 +503,12 @@ asio::awaitable<std::vector<int>> inbox_round_trips(std::shared_ptr<server::Loop
   std::vector<int> got;
   for (int i = 0; i < n; ++i) {
     auto job = [i] { return i * 3; };
-    got.push_back(co_await inbox->run<int>(*pool, std::move(job), asio::use_awaitable));
+    got.push_back(co_await inbox->run(*pool, std::move(job), asio::use_awaitable));
     if (std::this_thread::get_id() != loop) ++*off_loop;
   }
   auto fails = []() -> int { throw std::runtime_error("job failed"); };
   try {
-    co_await inbox->run<int>(*pool, std::move(fails), asio::use_awaitable);
+    co_await inbox->run(*pool, std::move(fails), asio::use_awaitable);
     got.push_back(-1);
   } catch (const std::runtime_error& e) {
     got.push_back(std::string(e.what()) == "job failed" ? -2 : -3);

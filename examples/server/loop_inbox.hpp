@@ -12,8 +12,8 @@
 // and then writes an eventfd; the loop reads the eventfd (an ordinary read
 // on its reactor) and runs what was queued.
 //
-// Thread-safety: post() from any thread; run() and the completions on the
-// loop's threads. The eventfd is read only while a completion is due, so an
+// Thread-safety: run() on the loop's threads; the jobs run on the pool and
+// their completions come back on the loop's threads. The eventfd is read only while a completion is due, so an
 // idle inbox keeps no work on the io_context. Linux only (eventfd(2)).
 #pragma once
 
@@ -27,6 +27,7 @@
 #include <memory>
 #include <mutex>
 #include <system_error>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -54,12 +55,13 @@ class LoopInbox : public std::enable_shared_from_this<LoopInbox> {
     }
   }
 
-  // Runs `job()` (returning R, default-constructible) on `pool` and
+  // Runs `job()` (returning a default-constructible R) on `pool` and
   // completes `token` with (exception_ptr, R) on the token's executor,
   // reached through the inbox: with use_awaitable, a co_await that returns
   // the job's result or rethrows its exception. Called on the loop.
-  template <class R, class Pool, class Job, class Token>
+  template <class Pool, class Job, class Token>
   auto run(Pool& pool, Job job, Token&& token) {
+    using R = std::invoke_result_t<Job&>;
     auto init = [self = shared_from_this(), &pool](auto handler, Job job) {
       using Handler = decltype(handler);
       auto h = std::make_shared<Handler>(std::move(handler));

@@ -1010,7 +1010,7 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
         auto step = [fd = sock.native_handle(), segments = &out, progress = &at] {
           return transmit_step(fd, *segments, *progress);
         };
-        err = co_await self->inbox->run<int>(self->transmit_pool, std::move(step), use_awaitable);
+        err = co_await self->inbox->run(self->transmit_pool, std::move(step), use_awaitable);
         count(before);
       }
       const bool late = std::chrono::steady_clock::now() >= deadline;
@@ -1339,8 +1339,7 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
     if (!path.empty())
       if (auto why = key_problem(path)) co_return text(http::status::bad_request, "invalid path: " + *why);
     auto list = [root = store->root(), path] { return directory_entries(root, path); };
-    auto entries = co_await inbox->run<std::optional<std::vector<DirEntry>>>(transmit_pool, std::move(list),
-                                                                             use_awaitable);
+    auto entries = co_await inbox->run(transmit_pool, std::move(list), use_awaitable);
     if (!entries) co_return not_found();
     auto found = co_await group_members(path, false);
     std::optional<std::vector<NodeEntry>> members;
