@@ -321,12 +321,15 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
   }
 
   // A versioned store read within the runtime's in-flight request limit,
-  // conditional on `if_equal` when it is known.
-  asio::awaitable<ReadResult> read(std::string key, ByteRange range, Generation if_equal) {
+  // conditional on `if_equal` when it is known, into `into` if the store
+  // can (ReadOptions::into).
+  asio::awaitable<ReadResult> read(std::string key, ByteRange range, Generation if_equal,
+                                   MutableByteSpan into = MutableByteSpan()) {
     co_await acquire_request();
     ReadOptions options;
     options.range = range;
     options.if_equal = std::move(if_equal);
+    options.into = into;
     ReadResult r;
     try {
       r = co_await st_->store->read(std::move(key), std::move(options));
@@ -552,9 +555,11 @@ class ReadOp final : public ChunkOp {
   // The inner chunks of one shard that a partial read needs.
   struct InnerPiece {
     ChunkPart part;         // within the shard; out_start relative to the shard part
-    std::size_t buffer;     // index into `buffers`, or npos when the inner chunk is absent
+    std::size_t buffer;     // index into `buffers`; npos when the inner chunk is absent; kInPlace
     std::uint64_t offset, size;
   };
+  // InnerPiece::buffer of an inner chunk the store read straight into out_.
+  static constexpr std::size_t kInPlace = std::string::npos - 1;
   // A shard's task may run in parts (max_parts: its inner chunks), which the
   // pool's threads share: part k of n decodes the k-th n-th of `pieces`.
   struct Task final : detail::ChunkTask {
@@ -569,11 +574,12 @@ class ReadOp final : public ChunkOp {
     }
     void run_part(std::size_t k, std::size_t n) override {
       if (!pieces.empty()) op->decode_pieces(i, pieces.size() * k / n, pieces.size() * (k + 1) / n);
-      else if (k == 0) op->decode(i, encoded);
+      else if (k == 0 && !in_place) op->decode(i, encoded);
     }
     void finish() override { buffers.clear(); }  // free the encoded bytes early
     ReadOp* op;
     std::size_t i;
+    bool in_place = false;  // the store read the chunk straight into out_: nothing left to do
     std::optional<Bytes> encoded;
     std::vector<InnerPiece> pieces;  // partial shard reads
     std::vector<Bytes> buffers;      // coalesced byte ranges of the shard
@@ -581,31 +587,54 @@ class ReadOp final : public ChunkOp {
 
   asio::awaitable<void> fetch(std::size_t i) override {
     const auto& p = parts_[i];
-    if (st_->shard && !p.whole_chunk && co_await fetch_inner_chunks(i)) co_return;
+    if (by_inner_chunks(i) && co_await fetch_inner_chunks(i)) co_return;
     Generation unconditional;  // named: g++ 12 and temporaries beside co_await
-    auto got = co_await read(st_->chunk_key(p.coords), ByteRange::all(), std::move(unconditional));
-    fetched(i, std::move(got.value));
+    const MutableByteSpan into = st_->shard ? MutableByteSpan() : read_target(*st_->pipeline, p, p.out_start);
+    auto got = co_await read(st_->chunk_key(p.coords), ByteRange::all(), std::move(unconditional), into);
+    fetched(i, std::move(got));
   }
 
-  bool can_fetch_now(std::size_t i) const override { return !st_->shard || parts_[i].whole_chunk; }
+  bool can_fetch_now(std::size_t i) const override { return !by_inner_chunks(i); }
+
+  // Whether part i of a shard is read by its inner chunks (index, then
+  // ranges): a partial shard always; a whole one when the store can read
+  // its inner chunks straight into out_.
+  bool by_inner_chunks(std::size_t i) const {
+    if (!st_->shard) return false;
+    if (!parts_[i].whole_chunk) return true;
+    const auto& inner = st_->shard->inner();
+    return inner.is_trivial() && !heap_ && st_->store->reads_into() && lands_contiguously(inner.chunk_spec().shape);
+  }
 
   void fetch_now(std::span<const std::size_t> parts, std::vector<char>& answered) override {
     keys_now_.clear();
-    for (const std::size_t i : parts) keys_now_.push_back(st_->chunk_key(parts_[i].coords));
+    options_now_.assign(parts.size(), ReadOptions{});
+    for (std::size_t k = 0; k < parts.size(); ++k) {
+      const ChunkPart& p = parts_[parts[k]];
+      keys_now_.push_back(st_->chunk_key(p.coords));
+      if (!st_->shard) options_now_[k].into = read_target(*st_->pipeline, p, p.out_start);
+    }
     read_now_.assign(parts.size(), ReadNow{});
-    const ReadOptions whole{};
-    st_->store->try_read_now_many(keys_now_, whole, read_now_);
+    st_->store->try_read_now_many(keys_now_, options_now_, read_now_);
     answered.assign(parts.size(), 1);
     for (std::size_t k = 0; k < parts.size(); ++k) {
       if (read_now_[k].error) tasks_[parts[k]].error = std::move(read_now_[k].error);  // skipped by the scheduler
-      else if (read_now_[k].result) fetched(parts[k], std::move(read_now_[k].result->value));
+      else if (read_now_[k].result) fetched(parts[k], std::move(*read_now_[k].result));
       else answered[k] = 0;
     }
   }
 
-  // Chunk i's stored value (nullopt: absent, reads as fill_value) is in.
-  void fetched(std::size_t i, std::optional<Bytes> v) {
+  // Chunk i's stored value (none: absent, reads as fill_value) is in, or
+  // already in out_ (got.in_place).
+  void fetched(std::size_t i, ReadResult got) {
     auto& t = tasks_[i];
+    if (got.in_place) {
+      t.in_place = true;
+      t.bytes = 0;
+      t.computes = false;
+      return;
+    }
+    std::optional<Bytes>& v = got.value;
     const ChunkPart& p = parts_[i];
     std::uint64_t n = st_->meta.data_type.size();
     for (auto s : p.shape) n *= s;
@@ -661,7 +690,6 @@ class ReadOp final : public ChunkOp {
     std::vector<std::size_t> order;
     for (std::size_t k = 0; k < t.pieces.size(); ++k)
       if (t.pieces[k].buffer != std::string::npos) order.push_back(k);
-    t.bytes = t.pieces.size() * sc.inner().chunk_spec().num_bytes();
     std::sort(order.begin(), order.end(),
               [&](auto a, auto b) { return t.pieces[a].offset < t.pieces[b].offset; });
     const auto& opt = st_->rt->options();
@@ -675,25 +703,53 @@ class ReadOp final : public ChunkOp {
         if (next.offset > saturating_add(end, opt.coalesce_gap) || new_end - begin > opt.coalesce_max) break;
         end = new_end;
       }
-      auto got = co_await read(key, ByteRange::from(begin, end - begin), shard.generation);
+      const MutableByteSpan into = in_place_run(i, order, k, last);
+      auto got = co_await read(key, ByteRange::from(begin, end - begin), shard.generation, into);
       if (got.changed || (!got.value && !shard.generation.unknown())) {
         engine_.shard_indexes.invalidate(st_->store.get(), key);
         co_return false;
       }
-      if (!got.value || got.value->size() != end - begin)
+      if (!got.value || (!got.in_place && got.value->size() != end - begin))
         throw CorruptChunk(key, "sharding_indexed",
                            "the shard is shorter than its index says (bytes " + std::to_string(begin) + "-" +
                                std::to_string(end) + ")");
       for (std::size_t j = k; j < last; ++j) {
-        t.pieces[order[j]].buffer = t.buffers.size();
+        t.pieces[order[j]].buffer = got.in_place ? kInPlace : t.buffers.size();
         t.pieces[order[j]].offset -= begin;
       }
-      t.buffers.push_back(std::move(*got.value));
+      if (!got.in_place) t.buffers.push_back(std::move(*got.value));
       k = last;
     }
-    t.computes = !order.empty();
-    t.max_parts = t.pieces.size();
+    // What is left for the pool: decoding the buffered inner chunks, filling the absent ones.
+    const std::size_t left = static_cast<std::size_t>(
+        std::count_if(t.pieces.begin(), t.pieces.end(), [](const InnerPiece& x) { return x.buffer != kInPlace; }));
+    t.bytes = left * sc.inner().chunk_spec().num_bytes();
+    t.computes = !t.buffers.empty();
+    t.max_parts = left > 0 ? t.pieces.size() : 1;
     co_return true;
+  }
+
+  // The place in out_ of the inner chunks order[k, last) of part i, when
+  // the store can read them there as they are: a plain-copy inner pipeline,
+  // each stored at its decoded size, back to back in the shard and in out_.
+  // Empty otherwise.
+  MutableByteSpan in_place_run(std::size_t i, const std::vector<std::size_t>& order, std::size_t k,
+                               std::size_t last) const {
+    const auto& pieces = tasks_[i].pieces;
+    const ChunkPart& p = parts_[i];
+    std::byte* start = nullptr;
+    std::uint64_t size = 0;
+    detail::Dims out_start(p.out_start.size());
+    for (std::size_t j = k; j < last; ++j) {
+      const InnerPiece& piece = pieces[order[j]];
+      for (std::size_t d = 0; d < out_start.size(); ++d) out_start[d] = p.out_start[d] + piece.part.out_start[d];
+      const MutableByteSpan target = read_target(st_->shard->inner(), piece.part, out_start);
+      if (target.empty() || target.size() != piece.size) return {};
+      if (j == k) start = target.data();
+      else if (piece.offset != pieces[order[k]].offset + size || target.data() != start + size) return {};
+      size += piece.size;
+    }
+    return {start, size};
   }
 
   // The inner chunks part i needs, located by `index` (buffer 0 at the
@@ -790,6 +846,7 @@ class ReadOp final : public ChunkOp {
     for (std::size_t j = from; j < to; ++j) {
       const auto& piece = t.pieces[j];
       for (std::size_t d = 0; d < out_start.size(); ++d) out_start[d] = p.out_start[d] + piece.part.out_start[d];
+      if (piece.buffer == kInPlace) continue;
       if (piece.buffer == std::string::npos) {
         detail::fill_box(out_.data(), region_shape_, out_start, piece.part.shape, st_->fill.data(), es);
         continue;
@@ -813,13 +870,8 @@ class ReadOp final : public ChunkOp {
     const auto& spec = pipeline.chunk_spec();
     const std::size_t es = spec.dtype.size();
     const std::uint64_t n = spec.num_bytes();
-    if (direct_target(part, spec.shape)) {
-      std::uint64_t off = 0, stride = es;
-      for (std::size_t d = region_shape_.size(); d-- > 0;) {
-        off += out_start[d] * stride;
-        stride *= region_shape_[d];
-      }
-      pipeline.decode(encoded, out_.subspan(off, n));
+    if (const MutableByteSpan target = contiguous_target(spec, part, out_start); !target.empty()) {
+      pipeline.decode(encoded, target);
       return;
     }
     ByteSpan decoded = encoded;
@@ -833,16 +885,38 @@ class ReadOp final : public ChunkOp {
                      es);
   }
 
-  // True if the chunk's full extent equals the part and is contiguous in out.
-  bool direct_target(const ChunkPart& p, const std::vector<std::uint64_t>& chunk) const {
-    const auto& region = region_shape_;
-    for (std::size_t d = 0; d < chunk.size(); ++d)
-      if (p.shape[d] != chunk[d]) return false;
-    // Contiguous iff all dims after the first non-singleton one match the region.
+  // A chunk's place in out_ (`part` of a chunk of `spec`, at `out_start`),
+  // when the part is the whole chunk and lands contiguously there; empty
+  // otherwise.
+  MutableByteSpan contiguous_target(const codecs::ArraySpec& spec, const ChunkPart& part,
+                                    const detail::Dims& out_start) const {
+    if (!std::equal(spec.shape.begin(), spec.shape.end(), part.shape.begin(), part.shape.end()) ||
+        !lands_contiguously(spec.shape))
+      return {};
+    std::uint64_t off = 0, stride = spec.dtype.size();
+    for (std::size_t d = region_shape_.size(); d-- > 0;) {
+      off += out_start[d] * stride;
+      stride *= region_shape_[d];
+    }
+    return out_.subspan(off, spec.num_bytes());
+  }
+
+  // Where the store may read a chunk of `pipeline` as it is stored
+  // (ReadOptions::into): its contiguous_target when the pipeline is a plain
+  // copy of fixed-size elements and the store reads in place; else empty.
+  MutableByteSpan read_target(const codecs::CodecPipeline& pipeline, const ChunkPart& part,
+                              const detail::Dims& out_start) const {
+    if (heap_ || !pipeline.is_trivial() || !st_->store->reads_into()) return {};
+    return contiguous_target(pipeline.chunk_spec(), part, out_start);
+  }
+
+  // True if a whole chunk of shape `chunk` is one contiguous run of out_:
+  // every dimension after its first non-singleton one spans the region.
+  bool lands_contiguously(const std::vector<std::uint64_t>& chunk) const {
     std::size_t d = 0;
     while (d < chunk.size() && chunk[d] == 1) ++d;
     for (++d; d < chunk.size(); ++d)
-      if (chunk[d] != region[d]) return false;
+      if (chunk[d] != region_shape_[d]) return false;
     return true;
   }
 
@@ -879,6 +953,7 @@ class ReadOp final : public ChunkOp {
   std::unique_ptr<codecs::VlenHeap> heap_;  // variable-length types: owns the decoded bytes out_'s views point into
   std::vector<Task> tasks_;
   std::vector<std::string> keys_now_;  // fetch_now's scratch
+  std::vector<ReadOptions> options_now_;
   std::vector<ReadNow> read_now_;
 };
 
@@ -906,6 +981,7 @@ class WriteOp final : public ChunkOp {
     std::optional<Bytes> existing;
     Generation generation;       // of `existing` (absent() when there was none)
     Bytes encoded;
+    detail::ShardIndexCache::Index index;  // of the shard in `encoded`, for the index cache
     bool erase = false;
   };
 
@@ -984,6 +1060,14 @@ class WriteOp final : public ChunkOp {
           st_->shard->encode_empty(t.encoded);
           t.erase = false;
         }
+        // The new shard's index, so that a read after this write finds it cached.
+        t.index.reset();
+        if (!t.erase) {
+          const auto& sc = *st_->shard;
+          const ByteSpan shard = t.encoded;
+          t.index = std::make_shared<codecs::ShardingCodec::Index>(sc.decode_index(
+              sc.index_at_start() ? shard.first(sc.index_bytes()) : shard.last(sc.index_bytes()), shard.size()));
+        }
         return;
       }
       thread_local Bytes chunk;
@@ -1026,7 +1110,10 @@ class WriteOp final : public ChunkOp {
         if (!t.erase) value = std::move(t.encoded);
         const Generation if_equal = t.read_existing ? t.generation : Generation();
         const auto stored = co_await put(t.key, std::move(value), if_equal);
-        if (st_->shard) engine_.shard_indexes.invalidate(st_->store.get(), t.key);
+        if (st_->shard) {
+          if (stored && t.index) engine_.shard_indexes.put(st_->store.get(), t.key, {t.index, *stored});
+          else engine_.shard_indexes.invalidate(st_->store.get(), t.key);
+        }
         if (stored) break;
         if (cancelled_) throw_cancelled();  // the chunk keeps what the other writer stored
         if (std::chrono::steady_clock::now() >= give_up)

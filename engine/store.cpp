@@ -62,11 +62,12 @@ awaitable<void> Store::erase_many(std::vector<std::string> keys) {
 
 std::optional<ReadResult> Store::try_read_now(const std::string&, const ReadOptions&) { return std::nullopt; }
 
-void Store::try_read_now_many(std::span<const std::string> keys, const ReadOptions& options, std::span<ReadNow> out) {
+void Store::try_read_now_many(std::span<const std::string> keys, std::span<const ReadOptions> options,
+                              std::span<ReadNow> out) {
   for (std::size_t k = 0; k < keys.size(); ++k) {
     out[k] = {};
     try {
-      out[k].result = try_read_now(keys[k], options);
+      out[k].result = try_read_now(keys[k], options[k]);
     } catch (...) {
       out[k].error = std::current_exception();
     }

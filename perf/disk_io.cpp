@@ -6,10 +6,11 @@
 // the raw limit on the same files (a plain loop of open/pread/close, or
 // open/write/close/rename of a temporary file, on 1 and on 2 threads, no
 // codec) and, for v2, beside zarr-python 2 (perf/disk_io_zarr_python.py run
-// with /usr/bin/python3 on the same directory). Minimum over --rounds.
+// with /usr/bin/python3 on the same directory). Minimum over --rounds
+// rounds, each of one write and --reads reads (every reader alike).
 // Every zarrcoro read is checked against 0..999999: exit status 1 otherwise.
 //
-//   build/perf/disk_io [--rounds N] [--dir PARENT] [--json FILE] [--python EXE]
+//   build/perf/disk_io [--rounds N] [--reads N] [--dir PARENT] [--json FILE] [--python EXE]
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -136,9 +137,9 @@ std::string quote(const std::string& s) {
 // a message) when `python` cannot import zarr. Throws when the script fails
 // otherwise (e.g. it read wrong data).
 std::optional<json> run_zarr_python(const std::string& python, const std::string& script, const fs::path& dir,
-                                    int rounds) {
+                                    int rounds, int reads) {
   const std::string cmd = quote(python) + " " + quote(script) + " " + quote(dir.string()) + " " +
-                          std::to_string(rounds);
+                          std::to_string(rounds) + " " + std::to_string(reads);
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) fail_errno("popen", cmd);
   std::string out;
@@ -169,11 +170,13 @@ const char* meets(bool ok) { return ok ? "meets" : "misses"; }
 }  // namespace
 
 int main(int argc, char** argv) {
-  int rounds = 7;
+  int rounds = 7, reads = 5;
   std::string parent = fs::temp_directory_path().string(), json_path = "disk_io.json";
   std::string python = "/usr/bin/python3", script = ZARRCORO_PERF_SOURCE_DIR "/disk_io_zarr_python.py";
   CLI::App app{"zarrcoro disk_io: 1e6 int32 in 1000 chunks on the filesystem store, against the raw file limit"};
   app.add_option("--rounds", rounds, "Timed rounds per measurement (the minimum is reported)")
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--reads", reads, "Reads per round, by zarrcoro, the raw loops and zarr-python alike")
       ->check(CLI::Range(1, 1000));
   app.add_option("--dir", parent, "Parent directory of the temporary arrays (removed at exit)")
       ->check(CLI::ExistingDirectory);
@@ -204,8 +207,9 @@ int main(int argc, char** argv) {
   try {
     Runtime rt;
     std::printf("disk_io: %llu int32 in chunks of %llu (4 KB), FilesystemStore in %s, page cache warm; min of %d "
-                "rounds, ms\n",
-                static_cast<unsigned long long>(kN), static_cast<unsigned long long>(kChunk), dir.c_str(), rounds);
+                "rounds of one write and %d reads, ms\n",
+                static_cast<unsigned long long>(kN), static_cast<unsigned long long>(kChunk), dir.c_str(), rounds,
+                reads);
     std::printf("  zarrcoro: one Runtime (default options: %u I/O thread, %u codec threads), one read_blocking or\n"
                 "  write_blocking of the whole array; limit: the same files through plain open/pread/close (reads)\n"
                 "  or open(temp)/write/close/rename (writes), no codec, on 1 and 2 threads, the better of the two\n",
@@ -264,21 +268,22 @@ int main(int argc, char** argv) {
       wr.op = "write";
       for (int r = 0; r < rounds; ++r) {
         wr.zarrcoro_ms = std::min(wr.zarrcoro_ms, timed_ms([&] { arr.write_blocking(all, in); }));
-        rd.zarrcoro_ms = std::min(rd.zarrcoro_ms, verified_read());
+        for (int k = 0; k < reads; ++k) rd.zarrcoro_ms = std::min(rd.zarrcoro_ms, verified_read());
         for (unsigned t : {1u, 2u}) {
           const double w = timed_split(files.size(), t, [&](std::size_t i) { raw_write(files[i]); });
-          const double x =
-              timed_split(files.size(), t, [&](std::size_t i) { raw_read(files[i], raw_out.data() + files[i].offset); });
           double& wbest = t == 1 ? wr.raw1_ms : wr.raw2_ms;
           double& rbest = t == 1 ? rd.raw1_ms : rd.raw2_ms;
           wbest = std::min(wbest, w);
-          rbest = std::min(rbest, x);
+          for (int k = 0; k < reads; ++k)
+            rbest = std::min(rbest, timed_split(files.size(), t, [&](std::size_t i) {
+                               raw_read(files[i], raw_out.data() + files[i].offset);
+                             }));
         }
       }
       verified_read();  // after the raw rewrites of the same bytes
 
       if (l.zarr_format == 2) {
-        if (auto zp = run_zarr_python(python, script, root, rounds)) {
+        if (auto zp = run_zarr_python(python, script, root, rounds, reads)) {
           rd.zarr_python_ms = (*zp)["read_ms"].get<double>();
           wr.zarr_python_ms = (*zp)["write_ms"].get<double>();
           std::printf("            zarr-python %s on it: read %.2f ms, write %.2f ms\n",
@@ -320,6 +325,7 @@ int main(int argc, char** argv) {
               {"stored_bytes", r.stored_bytes},
               {"store", "filesystem"},
               {"rounds", rounds},
+              {"reads_per_round", reads},
               {"zarrcoro_ms", r.zarrcoro_ms},
               {"raw_1_thread_ms", r.raw1_ms},
               {"raw_2_threads_ms", r.raw2_ms},

@@ -1,11 +1,11 @@
 #!/usr/bin/python3
 """zarr-python 2's side of perf/disk_io (run by it as a subprocess).
 
-    /usr/bin/python3 disk_io_zarr_python.py ARRAY_DIR ROUNDS
+    /usr/bin/python3 disk_io_zarr_python.py ARRAY_DIR ROUNDS [READS]
 
 ARRAY_DIR is the v2 array disk_io wrote: 1e6 int32 (<i4) in chunks of 1000,
 no compressor, holding 0..999999. Times `z[:]` (read) and `z[:] = data`
-(write), ROUNDS times each, and prints one JSON object on stdout:
+(write) ROUNDS times, each round reading READS times (default 1), and prints one JSON object on stdout:
 {"zarr_version", "read_ms", "write_ms"} (minimums). Every read is checked
 against 0..999999 (exit 1 on a mismatch). Exit 3 when zarr cannot be
 imported (disk_io then skips zarr-python)."""
@@ -21,6 +21,7 @@ except ImportError as e:
     sys.exit(3)
 
 path, rounds = sys.argv[1], int(sys.argv[2])
+reads = int(sys.argv[3]) if len(sys.argv) > 3 else 1
 z = zarr.open_array(path, mode="r+")
 expected = np.arange(1_000_000, dtype="<i4")
 if z.shape != expected.shape or z.dtype != expected.dtype:
@@ -34,10 +35,11 @@ def check(a):
 
 read_ms, write_ms = [], []
 for _ in range(rounds):
-    t0 = time.perf_counter()
-    a = z[:]
-    read_ms.append((time.perf_counter() - t0) * 1e3)
-    check(a)
+    for _ in range(reads):
+        t0 = time.perf_counter()
+        a = z[:]
+        read_ms.append((time.perf_counter() - t0) * 1e3)
+        check(a)
     t0 = time.perf_counter()
     z[:] = expected
     write_ms.append((time.perf_counter() - t0) * 1e3)

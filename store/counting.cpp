@@ -22,8 +22,9 @@ awaitable<std::optional<Bytes>> CountingStore::get(std::string key, ByteRange ra
 
 awaitable<ReadResult> CountingStore::read(std::string key, ReadOptions options) {
   count_get(key, options.range);
+  const std::size_t into_bytes = options.into.size();
   auto r = co_await inner_->read(std::move(key), std::move(options));
-  count_result(r);
+  count_result(r, into_bytes);
   co_return r;
 }
 
@@ -38,18 +39,18 @@ std::optional<ReadResult> CountingStore::try_read_now(const std::string& key, co
   }
   if (r) {
     count_get(key, options.range);
-    count_result(*r);
+    count_result(*r, options.into.size());
   }
   return r;
 }
 
-void CountingStore::try_read_now_many(std::span<const std::string> keys, const ReadOptions& options,
+void CountingStore::try_read_now_many(std::span<const std::string> keys, std::span<const ReadOptions> options,
                                       std::span<ReadNow> out) {
   inner_->try_read_now_many(keys, options, out);
   for (std::size_t k = 0; k < keys.size(); ++k) {
     if (!out[k].result && !out[k].error) continue;
-    count_get(keys[k], options.range);
-    if (out[k].result) count_result(*out[k].result);
+    count_get(keys[k], options[k].range);
+    if (out[k].result) count_result(*out[k].result, options[k].into.size());
   }
 }
 
@@ -59,8 +60,9 @@ void CountingStore::count_get(const std::string& key, const ByteRange& range) {
   log_.emplace_back(key, range);
 }
 
-void CountingStore::count_result(const ReadResult& r) {
-  if (r.value) get_bytes_ += r.value->size();
+void CountingStore::count_result(const ReadResult& r, std::size_t into_bytes) {
+  if (r.in_place) get_bytes_ += into_bytes;
+  else if (r.value) get_bytes_ += r.value->size();
   else if (r.changed) ++conflicts_;
   else ++get_misses_;
 }

@@ -467,11 +467,43 @@ int FilesystemStore::open_checked(const std::string& key, const ReadOptions& opt
 
 namespace {
 
+// Where a read of `n` bytes goes: the caller's buffer (ReadOptions::into)
+// when it holds exactly n bytes, else a value of its own. Not movable: the
+// span may point into the object.
+class ReadTarget {
+ public:
+  ReadTarget(MutableByteSpan into, std::size_t n) : in_place_(n > 0 && into.size() == n) {
+    if (!in_place_) own_.resize(n);
+    span_ = in_place_ ? into : MutableByteSpan(own_);
+  }
+  ReadTarget(const ReadTarget&) = delete;
+  ReadTarget& operator=(const ReadTarget&) = delete;
+  MutableByteSpan span() const { return span_; }
+  // The first `done` bytes of span() are the value read: into `result`. A
+  // short read into the caller's buffer comes back as a value of its own,
+  // so that the caller sees its size.
+  void deliver(ReadResult& result, std::size_t done) {
+    if (in_place_ && done == span_.size()) {
+      result.value.emplace();
+      result.in_place = true;
+      return;
+    }
+    if (in_place_) own_.assign(span_.begin(), span_.begin() + static_cast<std::ptrdiff_t>(done));
+    own_.resize(done);
+    result.value = std::move(own_);
+  }
+
+ private:
+  bool in_place_;
+  Bytes own_;
+  MutableByteSpan span_;
+};
+
 // Reads [begin + done, begin + out.size()) of `fd` into `out` from `done`
 // on. `nowait`: only what the page cache holds (preadv2 RWF_NOWAIT), so the
 // calling I/O thread never waits for the disk. Returns false at end of
 // file; errno-style failure as -1 in `err`.
-bool read_into(int fd, Bytes& out, std::uint64_t begin, std::size_t& done, bool nowait, int& err) {
+bool read_into(int fd, MutableByteSpan out, std::uint64_t begin, std::size_t& done, bool nowait, int& err) {
   err = 0;
   while (done < out.size()) {
     iovec iov{out.data() + done, out.size() - done};
@@ -496,14 +528,14 @@ bool read_into(int fd, Bytes& out, std::uint64_t begin, std::size_t& done, bool 
 }  // namespace
 
 // Reads extent `e` of the open `fd` into result.value with blocking reads.
-void FilesystemStore::read_blocking(const std::string& key, int fd, const ByteExtent& e, ReadResult& result) const {
-  Bytes out(e.size());
+void FilesystemStore::read_blocking(const std::string& key, int fd, const ByteExtent& e, MutableByteSpan into,
+                                    ReadResult& result) const {
+  ReadTarget out(into, e.size());
   std::size_t done = 0;
   int err = 0;
-  if (read_into(fd, out, e.begin, done, false, err) && done < out.size())
+  if (read_into(fd, out.span(), e.begin, done, false, err) && done < e.size())
     fail(key, "cannot read " + in_quotes(root_ / key), err);
-  out.resize(done);
-  result.value = std::move(out);
+  out.deliver(result, done);
 }
 
 // A whole read with blocking calls (on the pool, when io_uring is unavailable).
@@ -513,7 +545,7 @@ ReadResult FilesystemStore::read_now(const std::string& key, const ReadOptions& 
   const int fd = open_checked(key, options, size, result);
   if (fd < 0) return result;
   FdGuard guard{fd};
-  read_blocking(key, fd, clip(options.range, size), result);
+  read_blocking(key, fd, clip(options.range, size), options.into, result);
   return result;
 }
 
@@ -749,18 +781,18 @@ bool FilesystemStore::link_to_file(const std::string& key, struct stat& st) cons
 // Reads extent `e` of the open `fd` into result.value if that is short work
 // for the calling (I/O) thread: at most kReadNowBytes, all in the page cache
 // (preadv2 RWF_NOWAIT). False, with nothing read, if not.
-bool FilesystemStore::read_cached(const std::string& key, int fd, const ByteExtent& e, ReadResult& result) const {
+bool FilesystemStore::read_cached(const std::string& key, int fd, const ByteExtent& e, MutableByteSpan into,
+                                  ReadResult& result) const {
   if (e.size() > kReadNowBytes || (e.size() > 0 && !nowait_reads_.load(std::memory_order_relaxed))) return false;
-  Bytes out(e.size());
+  ReadTarget out(into, e.size());
   std::size_t done = 0;
   int err = 0;
-  if (read_into(fd, out, e.begin, done, true, err) && done < out.size()) {
+  if (read_into(fd, out.span(), e.begin, done, true, err) && done < e.size()) {
     if (err == EOPNOTSUPP) nowait_reads_ = false;  // the file system cannot say (NFS, FUSE)
     if (err == EAGAIN || err == EOPNOTSUPP) return false;
     fail(key, "cannot read " + in_quotes(root_ / key), err);
   }
-  out.resize(done);
-  result.value = std::move(out);
+  out.deliver(result, done);
   return true;
 }
 
@@ -774,18 +806,19 @@ std::optional<ReadResult> FilesystemStore::try_read_now(const std::string& key, 
   const int fd = open_checked(key, options, size, result);
   if (fd < 0) return result;
   FdGuard guard{fd};
-  if (read_cached(key, fd, clip(options.range, size), result)) return result;
+  if (read_cached(key, fd, clip(options.range, size), options.into, result)) return result;
   return std::nullopt;
 }
 
-void FilesystemStore::try_read_now_many(std::span<const std::string> keys, const ReadOptions& options,
+void FilesystemStore::try_read_now_many(std::span<const std::string> keys, std::span<const ReadOptions> options,
                                         std::span<ReadNow> out) {
   constexpr std::size_t kShareFrom = 8;
   if (keys.size() < kShareFrom || !uses_io_uring()) return Store::try_read_now_many(keys, options, out);
   struct Shared {
-    Shared(std::span<const std::string> k, const ReadOptions& o, std::span<ReadNow> r) : keys(k), options(o), out(r) {}
+    Shared(std::span<const std::string> k, std::span<const ReadOptions> o, std::span<ReadNow> r)
+        : keys(k), options(o), out(r) {}
     std::span<const std::string> keys;
-    const ReadOptions& options;
+    std::span<const ReadOptions> options;
     std::span<ReadNow> out;
     std::atomic<std::size_t> next{0};
     std::atomic<std::uint32_t> done{0};
@@ -796,7 +829,7 @@ void FilesystemStore::try_read_now_many(std::span<const std::string> keys, const
   auto work = [this](Shared& s) {
     const auto n = static_cast<std::uint32_t>(s.keys.size());
     for (std::size_t k; (k = s.next.fetch_add(1, std::memory_order_relaxed)) < n;) {
-      Store::try_read_now_many(s.keys.subspan(k, 1), s.options, s.out.subspan(k, 1));  // this one key
+      Store::try_read_now_many(s.keys.subspan(k, 1), s.options.subspan(k, 1), s.out.subspan(k, 1));  // this one key
       if (s.done.fetch_add(1, std::memory_order_acq_rel) + 1 == n) s.done.notify_one();
     }
   };
@@ -823,31 +856,31 @@ awaitable<ReadResult> FilesystemStore::read(std::string key, ReadOptions options
   FdGuard guard{open_checked(key, options, size, result)};
   if (guard.fd < 0) co_return result;
   const ByteExtent e = clip(options.range, size);
-  if (read_cached(key, guard.fd, e, result)) co_return result;
+  if (read_cached(key, guard.fd, e, options.into, result)) co_return result;
   std::string why;
   if (e.size() <= kReadNowBytes) {
     ::fcntl(guard.fd, F_SETFL, ::fcntl(guard.fd, F_GETFL) & ~O_NONBLOCK);  // io_uring would fail EAGAIN
     if (auto file = wrap(io_, guard.fd, why)) {
       guard.fd = -1;  // owned by `file`
-      Bytes out(e.size());
+      ReadTarget out(options.into, e.size());
+      const MutableByteSpan buf = out.span();
       std::size_t done = 0;
-      while (done < out.size()) {
+      while (done < buf.size()) {
         boost::system::error_code ec;
         const std::size_t n = co_await file->async_read_some_at(
-            e.begin + done, asio::buffer(out.data() + done, out.size() - done),
+            e.begin + done, asio::buffer(buf.data() + done, buf.size() - done),
             asio::redirect_error(asio::use_awaitable, ec));
         done += n;
         if (ec == asio::error::eof) break;
         if (ec) throw StoreError(key, "", "cannot read " + in_quotes(root_ / key) + ": " + ec.message());
       }
-      out.resize(done);
-      result.value = std::move(out);
+      out.deliver(result, done);
       co_return result;
     }
     disable_uring(why.c_str());
   }
   const int fd = guard.fd;
-  auto job = [this, &key, fd, &e, &result] { read_blocking(key, fd, e, result); };
+  auto job = [this, &key, fd, &e, &options, &result] { read_blocking(key, fd, e, options.into, result); };
   co_await offload(std::move(job));
   co_return result;
 }

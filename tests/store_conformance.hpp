@@ -446,8 +446,9 @@ inline void run_store_conformance(
     keys.insert(keys.begin() + 20, "big");
     keys.insert(keys.begin() + 30, "m");  // a "directory" is no value
     const ReadOptions whole;
+    const std::vector<ReadOptions> wholes(keys.size());
     std::vector<ReadNow> out(keys.size());
-    h.store->try_read_now_many(keys, whole, out);
+    h.store->try_read_now_many(keys, wholes, out);
     const bool answers = h.store->try_read_now("m/0", whole).has_value();
     for (std::size_t k = 0; k < keys.size(); ++k) {
       INFO(keys[k]);
@@ -472,6 +473,61 @@ inline void run_store_conformance(
         CHECK(r.result->generation == h.read(keys[k]).generation);
       }
     }
+  }
+
+  SECTION("read and try_read_now fill ReadOptions::into when the range fits it exactly, else return the value") {
+    const Bytes small = bytes_of("0123456789");
+    Bytes large(600 * 1024);  // read on a file store's pool, not at once
+    for (std::size_t i = 0; i < large.size(); ++i) large[i] = std::byte(i * 7 % 251);
+    h.set("s", small);
+    h.set("l", large);
+    const Generation generation = h.read("l").generation;
+    auto read_into = [&](const std::string& key, ByteRange r, MutableByteSpan into, Generation if_equal = {}) {
+      ReadOptions o;
+      o.range = r;
+      o.if_equal = std::move(if_equal);
+      o.into = into;
+      return run(h.io, h.store->read(key, std::move(o)));
+    };
+    // `r` read `expected` with `into` of its size: in place where the store can.
+    auto check_fits = [&](const ReadResult& r, ByteSpan into, ByteSpan expected) {
+      REQUIRE(r.value);
+      CHECK(r.in_place == h.store->reads_into());
+      if (r.in_place) {
+        CHECK(r.value->empty());
+        CHECK(std::equal(into.begin(), into.end(), expected.begin(), expected.end()));
+      } else {
+        CHECK(*r.value == Bytes(expected.begin(), expected.end()));
+      }
+    };
+    Bytes buf(large.size(), std::byte{0xEE});
+    check_fits(read_into("l", {}, buf), buf, large);
+    Bytes part(1000, std::byte{0xEE});
+    check_fits(read_into("l", ByteRange::from(5000, 1000), part), part, ByteSpan(large).subspan(5000, 1000));
+    Bytes tail(4, std::byte{0xEE});  // a range clipped at the end fits by its clipped size
+    check_fits(read_into("s", ByteRange::from(6, 100), tail), tail, ByteSpan(small).subspan(6));
+    Bytes sbuf(small.size(), std::byte{0xEE});
+    check_fits(read_into("s", {}, sbuf), sbuf, small);
+    std::fill(sbuf.begin(), sbuf.end(), std::byte{0xEE});
+    ReadOptions now;
+    now.into = sbuf;
+    if (auto r = h.store->try_read_now("s", now)) check_fits(*r, sbuf, small);
+    // A buffer of another size is not used: the value comes as usual.
+    Bytes wrong(small.size() + 1);
+    const ReadResult other = read_into("s", {}, wrong);
+    REQUIRE(other.value);
+    CHECK_FALSE(other.in_place);
+    CHECK(*other.value == small);
+    // A failed condition and an absent key read nothing.
+    if (!generation.unknown()) {
+      const ReadResult c = read_into("l", {}, buf, Generation::absent());
+      CHECK(c.changed);
+      CHECK_FALSE(c.value);
+      CHECK_FALSE(c.in_place);
+    }
+    const ReadResult missing = read_into("nope", {}, sbuf);
+    CHECK_FALSE(missing.value);
+    CHECK_FALSE(missing.in_place);
   }
 
   SECTION("versions: concurrent optimistic increments lose no update") {

@@ -29,6 +29,7 @@
 #include <zarrcoro/store/filesystem.hpp>
 #include <zarrcoro/store/memory.hpp>
 
+#include "in_place_store.hpp"
 #include "support.hpp"
 
 using namespace zarrcoro;
@@ -514,10 +515,13 @@ TEST_CASE("a runtime can adopt a service's io_context", "[engine]") {
 
 TEST_CASE("a plain-copy chunk of the wrong size is CorruptChunk in whole and partial reads", "[engine][errors]") {
   // A [bytes] chunk is copied to the selection straight from the stored
-  // bytes when the read needs only part of it; a stored value of the wrong
-  // size must still fail, not be read past its end.
+  // bytes when the read needs only part of it (or read there, by a store
+  // that reads in place); a stored value of the wrong size must still fail,
+  // not be read past its end.
   Runtime rt({.codec_threads = 1});
-  auto store = std::make_shared<MemoryStore>();
+  const bool in_place = GENERATE(false, true);
+  INFO("in place " << in_place);
+  auto store = in_place ? std::make_shared<test::InPlaceStore>() : std::make_shared<MemoryStore>();
   auto a = Array::create_blocking(
       rt, store, "", make_meta({4, 4}, {2, 4}, DataTypeKind::int32, codecs_json(R"([{"name":"bytes","configuration":{"endian":"little"}}])")));
   const auto data = iota_vec(16);
@@ -544,6 +548,59 @@ TEST_CASE("a plain-copy chunk of the wrong size is CorruptChunk in whole and par
       CHECK(e.key() == "c/1/0");
       CHECK(e.field() == "bytes");
     }
+  }
+}
+
+TEST_CASE("whole plain-copy chunks are read in place exactly where they land contiguously", "[engine]") {
+  // A store that reads in place (ReadOptions::into) gets each whole [bytes]
+  // chunk's place in the output; edge chunks, partial chunks, chunks that
+  // land in strided rows and computed chunks go through the pipeline.
+  struct Case {
+    std::vector<std::uint64_t> shape, chunks;
+    const char* codecs;
+    Region selection;
+    std::uint64_t in_place;  // chunks read in place
+  };
+  const char* bytes = R"([{"name":"bytes","configuration":{"endian":"little"}}])";
+  const Case cases[] = {
+      {{4, 4}, {2, 4}, bytes, Region::all({4, 4}), 2},       // whole rows
+      {{4, 4}, {1, 4}, bytes, {{1, 0}, {3, 4}}, 2},          // rows of a selection
+      {{4, 4}, {4, 2}, bytes, Region::all({4, 4}), 0},       // strided in the output
+      {{5, 4}, {2, 4}, bytes, Region::all({5, 4}), 2},       // the edge chunk is partial
+      {{4, 4}, {2, 4}, bytes, {{0, 1}, {4, 4}}, 0},          // partial chunks
+      {{2, 1, 4}, {1, 1, 4}, bytes, Region::all({2, 1, 4}), 2},
+      {{4, 4}, {2, 4}, kComputeChains[1], Region::all({4, 4}), 0},  // zstd
+      {{4, 4}, {2, 4}, kComputeChains[4], Region::all({4, 4}), 0},  // big-endian bytes
+  };
+  for (const auto& c : cases) {
+    INFO(c.codecs << ", chunks of " << c.chunks.size() << " dims, " << c.chunks[0] << " rows");
+    Runtime rt({.codec_threads = 1});
+    auto store = std::make_shared<test::InPlaceStore>();
+    auto a = Array::create_blocking(rt, store, "", make_meta(c.shape, c.chunks, DataTypeKind::int32, codecs_json(c.codecs)));
+    std::uint64_t n = 1;
+    for (auto s : c.shape) n *= s;
+    const auto data = iota_vec(n);
+    a.write_blocking(Region::all(a.shape()), as_bytes(data));
+    const auto result = a.read_blocking(c.selection);
+    const auto got = result.as<std::int32_t>();
+    // The selection's elements in C order (the last dimension fastest).
+    std::vector<std::int32_t> expected;
+    std::vector<std::uint64_t> at = c.selection.start;
+    for (bool more = true; more;) {
+      std::uint64_t flat = 0;
+      for (std::size_t d = 0; d < at.size(); ++d) flat = flat * c.shape[d] + at[d];
+      expected.push_back(data[flat]);
+      more = false;
+      for (std::size_t d = at.size(); d-- > 0;) {
+        if (++at[d] < c.selection.stop[d]) {
+          more = true;
+          break;
+        }
+        at[d] = c.selection.start[d];
+      }
+    }
+    CHECK(std::vector<std::int32_t>(got.begin(), got.end()) == expected);
+    CHECK(store->in_place == c.in_place);
   }
 }
 
@@ -630,7 +687,7 @@ class SplitStore : public MemoryStore {
   std::atomic<std::uint64_t> now_answers{0}, reads{0};
 
   bool fail_many = false;  // try_read_now_many itself throws (out of memory)
-  void try_read_now_many(std::span<const std::string> keys, const ReadOptions& options,
+  void try_read_now_many(std::span<const std::string> keys, std::span<const ReadOptions> options,
                          std::span<ReadNow> out) override {
     if (fail_many) throw std::bad_alloc();
     MemoryStore::try_read_now_many(keys, options, out);

@@ -21,6 +21,7 @@
 #include <zarrcoro/store/memory.hpp>
 
 #include "engine/engine_state.hpp"
+#include "in_place_store.hpp"
 #include "support.hpp"
 
 using namespace zarrcoro;
@@ -82,8 +83,11 @@ TEST_CASE("reading one inner chunk transfers only the index and that chunk", "[s
   const std::uint64_t index_bytes = 64 * 16 + 4;
   // Inner chunk (2, 3) is number 2 * 8 + 3 = 19 in C order.
   const std::uint64_t len19 = u64(shard, shard.size() - index_bytes + 19 * 16 + 8);
+  // Another runtime (another process, say) has no index cached.
+  Runtime other({.codec_threads = 2});
+  auto b = Array::open_blocking(other, counting, "");
   counting->reset();
-  auto r = a.read_blocking({{16, 24}, {24, 32}});
+  auto r = b.read_blocking({{16, 24}, {24, 32}});
   for (std::uint64_t i = 0; i < 8; ++i)
     for (std::uint64_t j = 0; j < 8; ++j) REQUIRE(r.as<std::int32_t>()[i * 8 + j] == data[(16 + i) * 64 + 24 + j]);
   auto c = counting->counts();
@@ -94,13 +98,24 @@ TEST_CASE("reading one inner chunk transfers only the index and that chunk", "[s
   CHECK(log[0].second.length == index_bytes);
   // Again: the index comes from the cache.
   counting->reset();
-  a.read_blocking({{16, 24}, {17, 25}});
+  b.read_blocking({{16, 24}, {17, 25}});
   CHECK(counting->counts().gets == 1);
   CHECK(counting->counts().get_bytes == len19);
-  // A write through the runtime invalidates the cached index.
+  // The writing runtime cached the index of the shard it wrote.
+  counting->reset();
+  a.read_blocking({{16, 24}, {17, 25}});
+  CHECK(counting->counts().gets == 1);
+  // A write through a runtime replaces its cached index by the new shard's;
+  // the other runtime's stale one fails its condition and is read again.
   const std::int32_t v = -7;
   a.write_blocking({{16, 24}, {17, 25}}, std::as_bytes(std::span(&v, 1)));
+  counting->reset();
   CHECK(a.read_blocking({{16, 24}, {17, 25}}).as<std::int32_t>()[0] == -7);
+  CHECK(counting->counts().gets == 1);
+  CHECK(a.read_blocking({{16, 24}, {24, 32}}).as<std::int32_t>()[1] == data[16 * 64 + 25]);
+  counting->reset();
+  CHECK(b.read_blocking({{16, 24}, {17, 25}}).as<std::int32_t>()[0] == -7);
+  CHECK(counting->counts().gets == 3);  // the chunk (changed), the index, the chunk
 }
 
 TEST_CASE("nearby inner chunks are fetched in one coalesced range", "[sharding]") {
@@ -112,7 +127,7 @@ TEST_CASE("nearby inner chunks are fetched in one coalesced range", "[sharding]"
   counting->reset();
   auto r = a.read_blocking({{4}, {60}});  // 8 inner chunks, most of the shard but not all
   CHECK(std::equal(r.as<std::int32_t>().begin(), r.as<std::int32_t>().end(), data.begin() + 4));
-  CHECK(counting->counts().gets == 2);  // index + one merged range
+  CHECK(counting->counts().gets == 1);  // one merged range (the write cached the index)
   // With no gap allowed and every other chunk, each chunk is its own request.
   Runtime strict({.codec_threads = 2, .coalesce_gap = 0});
   auto b = Array::open_blocking(strict, counting, "");
@@ -200,12 +215,14 @@ TEST_CASE("nested sharding and edge shards round-trip", "[sharding]") {
 
 TEST_CASE("inner chunks land in the selection exactly, whole or in part, aligned or not", "[sharding]") {
   // Whole inner chunks contiguous in the output are decoded straight into
-  // it; a plain-copy ([bytes]) inner chunk is copied from the shard's bytes.
+  // it; a plain-copy ([bytes]) inner chunk is copied from the shard's bytes,
+  // or read there by a store that reads in place (ReadOptions::into).
   const json inner = GENERATE(json::parse(R"([{"name":"bytes","configuration":{"endian":"little"}}])"), kZstd);
   const auto inner_shape = GENERATE(std::vector<std::uint64_t>{3, 10}, std::vector<std::uint64_t>{3, 5});
-  INFO(inner.dump() << ", inner chunks " << inner_shape[0] << "x" << inner_shape[1]);
+  const bool in_place = GENERATE(false, true);
+  INFO(inner.dump() << ", inner chunks " << inner_shape[0] << "x" << inner_shape[1] << ", in place " << in_place);
   Runtime rt({.codec_threads = 2});
-  auto store = std::make_shared<MemoryStore>();
+  auto store = in_place ? std::make_shared<test::InPlaceStore>() : std::make_shared<MemoryStore>();
   auto a = Array::create_blocking(rt, store, "", meta({12, 10}, {6, 10}, sharding(inner_shape, inner)));
   const auto data = iota_vec(120);
   a.write_blocking(Region::all(a.shape()), std::as_bytes(std::span(data)));
@@ -219,12 +236,47 @@ TEST_CASE("inner chunks land in the selection exactly, whole or in part, aligned
       for (std::uint64_t j = r.start[1]; j < r.stop[1]; ++j) REQUIRE(got[k++] == data[i * 10 + j]);
     CHECK(k == got.size());
   }
+  // Read in place: exactly the [bytes] inner chunks whole and contiguous in
+  // a selection. 3x10: both shards in the first selection, one inner chunk
+  // of each in the second; 3x5: the third selection's one inner chunk.
+  if (auto* s = dynamic_cast<test::InPlaceStore*>(store.get()))
+    CHECK(s->in_place == (inner.size() != 1 ? 0u : inner_shape[1] == 10 ? 4u : 1u));
+}
+
+TEST_CASE("inner chunks stored out of order are read in place only where shard and selection agree",
+          "[sharding]") {
+  // A shard by hand: four inner chunks of two int32 stored in the order
+  // 2, 3, 0, 1, then the index. Bytes 0-15 of the shard belong at elements
+  // 4-7 of the array: one coalesced range, which must not land at 0-3.
+  Runtime rt({.codec_threads = 1});
+  auto store = std::make_shared<test::InPlaceStore>();
+  const json index_bytes = json::parse(R"([{"name":"bytes","configuration":{"endian":"little"}}])");
+  auto a = Array::create_blocking(rt, store, "", meta({8}, {8}, sharding({2}, index_bytes, "end", index_bytes)));
+  const auto data = iota_vec(8);
+  Bytes shard(32 + 64);
+  const std::uint64_t place[] = {2, 3, 0, 1};  // where inner chunk n is stored, in inner chunks
+  for (std::uint64_t n = 0; n < 4; ++n) {
+    std::memcpy(shard.data() + place[n] * 8, data.data() + n * 2, 8);
+    const std::uint64_t entry[] = {place[n] * 8, 8};  // offset, nbytes (little-endian machine)
+    std::memcpy(shard.data() + 32 + n * 16, entry, 16);
+  }
+  asio::co_spawn(rt.io_executor(), store->set("c/0", shard), asio::use_future).get();
+  const auto whole_result = a.read_blocking(Region::all(a.shape()));
+  const auto whole = whole_result.as<std::int32_t>();
+  CHECK(std::vector<std::int32_t>(whole.begin(), whole.end()) == data);
+  CHECK(store->in_place == 0);  // the range holds chunks 2, 3, 0, 1: not in the selection's order
+  const auto tail_result = a.read_blocking({{4}, {8}});
+  const auto tail = tail_result.as<std::int32_t>();
+  CHECK(std::vector<std::int32_t>(tail.begin(), tail.end()) == std::vector<std::int32_t>{5, 6, 7, 8});
+  CHECK(store->in_place == 1);  // chunks 2, 3: back to back in both
 }
 
 TEST_CASE("an inner chunk of the wrong size is CorruptChunk naming the shard, in whole and partial reads",
           "[sharding][errors]") {
   Runtime rt({.codec_threads = 1});
-  auto store = std::make_shared<MemoryStore>();
+  const bool in_place = GENERATE(false, true);
+  INFO("in place " << in_place);
+  auto store = in_place ? std::make_shared<test::InPlaceStore>() : std::make_shared<MemoryStore>();
   const json index_bytes = json::parse(R"([{"name":"bytes","configuration":{"endian":"little"}}])");
   auto a = Array::create_blocking(rt, store, "", meta({4}, {4}, sharding({4}, index_bytes, "end", index_bytes)));
   // A shard by hand: one inner chunk of 12 bytes where 4 int32 take 16;

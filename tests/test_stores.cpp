@@ -602,6 +602,14 @@ TEST_CASE("FilesystemStore: small page-cached reads are answered at once, large 
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
   ::close(fd);
   if (store->try_read_now("small", whole)) WARN("the kernel kept the file's pages; the cold path was not exercised");
+  // The cold read goes through io_uring, into the caller's buffer when asked.
+  Bytes into(small.size(), std::byte{0xEE});
+  ReadOptions in_place;
+  in_place.into = into;
+  const ReadResult cold = test::run(h.io, store->read("small", std::move(in_place)));
+  REQUIRE(cold.value);
+  CHECK(cold.in_place);
+  CHECK(into == small);
   CHECK(*h.get("small") == small);
 }
 
@@ -617,19 +625,38 @@ TEST_CASE("FilesystemStore: try_read_now_many answers every page-cached small fi
     keys.push_back("c/" + std::to_string(i));
     if (i % 7 != 3) h.set(keys.back(), std::string(100 + i, static_cast<char>('a' + i % 26)));
   }
-  const ReadOptions whole{};
-  for (int round = 0; round < 5; ++round) {
+  auto value_of = [](int i) { return bytes_of(std::string(100 + i, static_cast<char>('a' + i % 26))); };
+  // Odd rounds give each key a place of its own in one buffer (ReadOptions::into):
+  // of the value's size, or one byte more for every fifth key (then unused).
+  std::vector<std::size_t> place(keys.size() + 1);
+  for (int i = 0; i < 500; ++i) place[i + 1] = place[i] + 100 + i + (i % 5 == 0);
+  Bytes buffer(place.back());
+  for (int round = 0; round < 6; ++round) {
+    const bool into = round % 2 == 1;
+    std::vector<ReadOptions> options(keys.size());
+    if (into) {
+      std::fill(buffer.begin(), buffer.end(), std::byte{0xEE});
+      for (int i = 0; i < 500; ++i) options[i].into = MutableByteSpan(buffer).subspan(place[i], place[i + 1] - place[i]);
+    }
     std::vector<ReadNow> out(keys.size());
-    store->try_read_now_many(keys, whole, out);
+    store->try_read_now_many(keys, options, out);
     for (int i = 0; i < 500; ++i) {
       INFO("key " << keys[i] << ", round " << round);
       REQUIRE_FALSE(out[i].error);
       REQUIRE(out[i].result);
+      const ReadResult& r = *out[i].result;
       if (i % 7 == 3) {
-        CHECK_FALSE(out[i].result->value);
+        CHECK_FALSE(r.value);
+        CHECK_FALSE(r.in_place);
+        continue;
+      }
+      REQUIRE(r.value);
+      CHECK(r.in_place == (into && i % 5 != 0));
+      if (r.in_place) {
+        CHECK(r.value->empty());
+        CHECK(Bytes(buffer.begin() + place[i], buffer.begin() + place[i] + 100 + i) == value_of(i));
       } else {
-        REQUIRE(out[i].result->value);
-        CHECK(*out[i].result->value == bytes_of(std::string(100 + i, static_cast<char>('a' + i % 26))));
+        CHECK(*r.value == value_of(i));
       }
     }
   }

@@ -1257,7 +1257,10 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
       iovec iov{out.data() + at, static_cast<std::size_t>(p.length)};
       const ssize_t n = ::preadv2(file->fd(), &iov, 1, static_cast<off_t>(p.offset), RWF_NOWAIT);
       if (n != static_cast<ssize_t>(p.length)) {
-        ReadOptions ro{ByteRange::from(p.offset, p.length), file->generation()};
+        ReadOptions ro;
+        ro.range = ByteRange::from(p.offset, p.length);
+        ro.if_equal = file->generation();
+        ro.into = MutableByteSpan(reinterpret_cast<std::byte*>(out.data() + at), p.length);
         ReadResult rr;
         bool failed = false;
         try {
@@ -1267,12 +1270,12 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
           failed = true;
         }
         if (failed) co_return reply("key", text(http::status::internal_server_error, "store error"));
-        if (!rr.value || rr.value->size() != p.length) {  // replaced or shrunk meanwhile: ask again
+        if (!rr.value || (!rr.in_place && rr.value->size() != p.length)) {  // replaced or shrunk: ask again
           Response busy = text(http::status::service_unavailable, "the value changed while it was read; retry");
           busy.set(http::field::retry_after, "0");
           co_return reply("key", std::move(busy));
         }
-        std::memcpy(out.data() + at, rr.value->data(), p.length);
+        if (!rr.in_place) std::memcpy(out.data() + at, rr.value->data(), p.length);
       }
       at += p.length;
     }

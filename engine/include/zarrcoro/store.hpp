@@ -82,12 +82,22 @@ struct ReadOptions {
   // When known: read only if the stored generation equals it; otherwise the
   // result says `changed` and holds nothing (HTTP: If-Match, 412).
   Generation if_equal;
+  // Where the caller wants the bytes, if anywhere (e.g. their place in an
+  // array's output). A store whose reads_into() is true reads the (clipped)
+  // range straight into `into` when it is exactly into.size() bytes long;
+  // the result then says `in_place` and its value is empty. Otherwise (any
+  // other size, or a store that cannot) `into` is ignored and the value
+  // comes as usual. The caller keeps `into` alive, and touches it not,
+  // until the read completes; after an error, a failed condition or a value
+  // of another size, its contents are unspecified.
+  MutableByteSpan into;
 };
 
 struct ReadResult {
   std::optional<Bytes> value;  // the (clipped) range; nullopt if the key holds no value or `changed`
   Generation generation;       // of the value read; absent() if none; unknown if the store cannot tell
   bool changed = false;        // the if_equal condition failed: nothing was read
+  bool in_place = false;       // the range went into ReadOptions::into; `value` is engaged and empty
 };
 
 // One answer of Store::try_read_now_many: what try_read_now returned, or
@@ -177,17 +187,21 @@ class Store {
   // without a coroutine per chunk. Same errors as read. Default: nullopt.
   virtual std::optional<ReadResult> try_read_now(const std::string& key, const ReadOptions& options);
 
-  // try_read_now for each of `keys` with the same `options`: on return,
-  // out[k] holds what try_read_now(keys[k], options) returned, or the error
-  // it raised (out[k].result is then nullopt); what out[k] held before is
-  // replaced. `out` has keys.size() elements. The store may share the work
+  // try_read_now for each of `keys` with its `options`: on return, out[k]
+  // holds what try_read_now(keys[k], options[k]) returned, or the error it
+  // raised (out[k].result is then nullopt); what out[k] held before is
+  // replaced. `options` and `out` have keys.size() elements. The store may share the work
   // with threads of its own (a file store spreads the system calls of many
   // small reads over two cores), so one call may answer on several cores;
   // it returns once every key is answered. A key's error goes into its
   // out[k]; the call itself throws only std::bad_alloc. Default:
   // try_read_now for each key in turn, on the calling thread.
-  virtual void try_read_now_many(std::span<const std::string> keys, const ReadOptions& options,
+  virtual void try_read_now_many(std::span<const std::string> keys, std::span<const ReadOptions> options,
                                  std::span<ReadNow> out);
+
+  // True if read() and try_read_now() fill ReadOptions::into (see there).
+  // Default: false; FilesystemStore: true.
+  virtual bool reads_into() const { return false; }
 
   // The executor this store's I/O runs on (the io_context it was made
   // with), where its token-form operations run; empty for a store that does

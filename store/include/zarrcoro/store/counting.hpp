@@ -50,8 +50,9 @@ class CountingStore : public Store {
   awaitable<std::vector<KeySize>> list_sizes(std::string prefix) override;  // counted as a list
   awaitable<ReadResult> read(std::string key, ReadOptions options) override;
   std::optional<ReadResult> try_read_now(const std::string& key, const ReadOptions& options) override;
-  void try_read_now_many(std::span<const std::string> keys, const ReadOptions& options,
+  void try_read_now_many(std::span<const std::string> keys, std::span<const ReadOptions> options,
                          std::span<ReadNow> out) override;  // counted per key, as try_read_now
+  bool reads_into() const override { return inner_->reads_into(); }
   awaitable<std::optional<Generation>> write(std::string key, std::optional<Bytes> value,
                                              WriteOptions options) override;
   // "counting+<inner url>"
@@ -69,7 +70,7 @@ class CountingStore : public Store {
 
  private:
   void count_get(const std::string& key, const ByteRange& range);
-  void count_result(const ReadResult& r);
+  void count_result(const ReadResult& r, std::size_t into_bytes);  // into_bytes: ReadOptions::into's size
 
   std::shared_ptr<Store> inner_;
   std::atomic<std::uint64_t> gets_{0}, get_bytes_{0}, get_misses_{0}, sets_{0}, set_bytes_{0},

@@ -136,8 +136,10 @@ class FilesystemStore : public Store {
   // never waits for a helper that has not started, and at the end only for
   // the key the helper is reading), so the system calls of many small
   // reads run on two cores. Under 8 keys, all on the calling thread.
-  void try_read_now_many(std::span<const std::string> keys, const ReadOptions& options,
+  void try_read_now_many(std::span<const std::string> keys, std::span<const ReadOptions> options,
                          std::span<ReadNow> out) override;
+  // True: every read fills ReadOptions::into when it fits (see Store).
+  bool reads_into() const override { return true; }
   awaitable<std::optional<Generation>> write(std::string key, std::optional<Bytes> value,
                                              WriteOptions options) override;
 
@@ -190,8 +192,9 @@ class FilesystemStore : public Store {
                    ReadResult& result) const;
   Generation generation_at(const std::string& key, int dir_fd, const std::string& name) const;
   static bool openat2_works();
-  bool read_cached(const std::string& key, int fd, const ByteExtent& e, ReadResult& result) const;
-  void read_blocking(const std::string& key, int fd, const ByteExtent& e, ReadResult& result) const;
+  bool read_cached(const std::string& key, int fd, const ByteExtent& e, MutableByteSpan into, ReadResult& result) const;
+  void read_blocking(const std::string& key, int fd, const ByteExtent& e, MutableByteSpan into,
+                     ReadResult& result) const;
   void create_temp(Temp& temp) const;
   std::optional<Generation> commit(Temp& temp, const Generation& if_equal) const;
   ReadResult read_now(const std::string& key, const ReadOptions& options) const;
