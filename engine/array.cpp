@@ -598,13 +598,16 @@ class ReadOp final : public ChunkOp {
 
   // Whether part i of a shard is read by its inner chunks (index, then
   // ranges): a partial shard always; a whole one when the store can read
-  // its inner chunks straight into out_.
+  // its inner chunks straight into out_ and the shard is large enough for
+  // that to beat one read of it (small ones are fetched many at once).
   bool by_inner_chunks(std::size_t i) const {
     if (!st_->shard) return false;
     if (!parts_[i].whole_chunk) return true;
     const auto& inner = st_->shard->inner();
-    return inner.is_trivial() && !heap_ && st_->store->reads_into() && lands_contiguously(inner.chunk_spec().shape);
+    return st_->chunk_bytes() > kInPlaceShardBytes && inner.is_trivial() && !heap_ && st_->store->reads_into() &&
+           lands_contiguously(inner.chunk_spec().shape);
   }
+  static constexpr std::uint64_t kInPlaceShardBytes = std::uint64_t{256} << 10;
 
   void fetch_now(std::span<const std::size_t> parts, std::vector<char>& answered) override {
     keys_now_.clear();
@@ -613,6 +616,7 @@ class ReadOp final : public ChunkOp {
       const ChunkPart& p = parts_[parts[k]];
       keys_now_.push_back(st_->chunk_key(p.coords));
       if (!st_->shard) options_now_[k].into = read_target(*st_->pipeline, p, p.out_start);
+      options_now_[k].need_generation = false;  // a whole chunk, read unconditionally
     }
     read_now_.assign(parts.size(), ReadNow{});
     st_->store->try_read_now_many(keys_now_, options_now_, read_now_);
@@ -1110,9 +1114,11 @@ class WriteOp final : public ChunkOp {
         if (!t.erase) value = std::move(t.encoded);
         const Generation if_equal = t.read_existing ? t.generation : Generation();
         const auto stored = co_await put(t.key, std::move(value), if_equal);
-        if (st_->shard) {
-          if (stored && t.index) engine_.shard_indexes.put(st_->store.get(), t.key, {t.index, *stored});
-          else engine_.shard_indexes.invalidate(st_->store.get(), t.key);
+        if (st_->shard) {  // the new shard's index, or none when its generation is unknown
+          if (stored && t.index && !stored->unknown())
+            engine_.shard_indexes.put(st_->store.get(), t.key, {t.index, *stored});
+          else
+            engine_.shard_indexes.invalidate(st_->store.get(), t.key);
         }
         if (stored) break;
         if (cancelled_) throw_cancelled();  // the chunk keeps what the other writer stored

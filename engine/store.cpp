@@ -1,3 +1,4 @@
+#include <cassert>
 #include <zarrcoro/error.hpp>
 #include <zarrcoro/store.hpp>
 
@@ -64,6 +65,7 @@ std::optional<ReadResult> Store::try_read_now(const std::string&, const ReadOpti
 
 void Store::try_read_now_many(std::span<const std::string> keys, std::span<const ReadOptions> options,
                               std::span<ReadNow> out) {
+  assert(options.size() == keys.size() && out.size() == keys.size());
   for (std::size_t k = 0; k < keys.size(); ++k) {
     out[k] = {};
     try {

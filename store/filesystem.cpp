@@ -780,7 +780,7 @@ bool FilesystemStore::link_to_file(const std::string& key, struct stat& st) cons
 
 // Reads extent `e` of the open `fd` into result.value if that is short work
 // for the calling (I/O) thread: at most kReadNowBytes, all in the page cache
-// (preadv2 RWF_NOWAIT). False, with nothing read, if not.
+// (preadv2 RWF_NOWAIT). False if not (`into` may then hold part of it).
 bool FilesystemStore::read_cached(const std::string& key, int fd, const ByteExtent& e, MutableByteSpan into,
                                   ReadResult& result) const {
   if (e.size() > kReadNowBytes || (e.size() > 0 && !nowait_reads_.load(std::memory_order_relaxed))) return false;
@@ -796,11 +796,54 @@ bool FilesystemStore::read_cached(const std::string& key, int fd, const ByteExte
   return true;
 }
 
+// A whole value read straight into `into` with open, one read and close
+// (no fstat: no generation), when it is in the page cache and exactly
+// into.size() bytes long; a missing key or a directory reads as absent.
+// Nullopt when this cannot tell (another size, not cached, an error, not a
+// file one can pread): the usual path then decides and reports. The read
+// asks for one byte more than `into` holds: getting exactly into.size()
+// bytes means the end of the file, unless the size is a multiple of the
+// page size, where a read without waiting may also stop at a page that is
+// not cached: one more read of that byte must then find the end.
+std::optional<ReadResult> FilesystemStore::read_into_now(const std::string& key, MutableByteSpan into) const {
+  ReadResult result;
+  const int fd = open_beneath(key, key, O_RDONLY | O_NONBLOCK);
+  if (fd < 0) {
+    if (errno != ENOENT && errno != ENOTDIR) return std::nullopt;
+    result.generation = Generation::absent();
+    return result;
+  }
+  FdGuard guard{fd};
+  std::byte beyond{};
+  iovec iov[2] = {{into.data(), into.size()}, {&beyond, 1}};
+  auto read_at = [fd](iovec* v, int n, std::uint64_t at) {
+    ssize_t got;
+    do got = ::preadv2(fd, v, n, static_cast<off_t>(at), RWF_NOWAIT);
+    while (got < 0 && errno == EINTR);
+    return got;
+  };
+  const ssize_t n = read_at(iov, 2, 0);
+  if (n < 0 && errno == EISDIR) {
+    result.generation = Generation::absent();
+    return result;
+  }
+  if (n < 0 || static_cast<std::size_t>(n) != into.size()) return std::nullopt;
+  static const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  if (into.size() % page == 0 && read_at(iov + 1, 1, into.size()) != 0) return std::nullopt;
+  result.value.emplace();
+  result.in_place = true;
+  return result;
+}
+
 // With io_uring only (else every operation goes to the pool): open, fstat,
-// read_cached, close.
+// read_cached, close; without the fstat (read_into_now) for a whole value
+// that fits ReadOptions::into when the caller needs no generation.
 std::optional<ReadResult> FilesystemStore::try_read_now(const std::string& key, const ReadOptions& options) {
   validate_key(key);
   if (!uses_io_uring()) return std::nullopt;
+  if (!options.need_generation && options.if_equal.unknown() && options.range.kind == ByteRange::Kind::full &&
+      !options.into.empty() && options.into.size() <= kReadNowBytes && nowait_reads_.load(std::memory_order_relaxed))
+    if (auto r = read_into_now(key, options.into)) return r;
   ReadResult result;
   std::uint64_t size = 0;
   const int fd = open_checked(key, options, size, result);

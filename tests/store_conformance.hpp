@@ -512,6 +512,14 @@ inline void run_store_conformance(
     ReadOptions now;
     now.into = sbuf;
     if (auto r = h.store->try_read_now("s", now)) check_fits(*r, sbuf, small);
+    // The same without a generation (which may then be unknown).
+    std::fill(sbuf.begin(), sbuf.end(), std::byte{0xEE});
+    now.need_generation = false;
+    if (auto r = h.store->try_read_now("s", now)) check_fits(*r, sbuf, small);
+    if (auto r = h.store->try_read_now("nope", now)) {
+      CHECK_FALSE(r->value);
+      CHECK_FALSE(r->in_place);
+    }
     // A buffer of another size is not used: the value comes as usual.
     Bytes wrong(small.size() + 1);
     const ReadResult other = read_into("s", {}, wrong);

@@ -237,10 +237,71 @@ TEST_CASE("inner chunks land in the selection exactly, whole or in part, aligned
     CHECK(k == got.size());
   }
   // Read in place: exactly the [bytes] inner chunks whole and contiguous in
-  // a selection. 3x10: both shards in the first selection, one inner chunk
-  // of each in the second; 3x5: the third selection's one inner chunk.
+  // a selection of part of a shard (whole shards this small are read whole).
+  // 3x10: one inner chunk of each shard in the second selection; 3x5: the
+  // third selection's one inner chunk.
   if (auto* s = dynamic_cast<test::InPlaceStore*>(store.get()))
-    CHECK(s->in_place == (inner.size() != 1 ? 0u : inner_shape[1] == 10 ? 4u : 1u));
+    CHECK(s->in_place == (inner.size() != 1 ? 0u : inner_shape[1] == 10 ? 2u : 1u));
+}
+
+TEST_CASE("a large whole shard of plain-copy inner chunks is read in place by one range", "[sharding]") {
+  // 250,000 int32: two whole shards of 400 KB (100 inner chunks each, read
+  // by the index and one range) and an edge shard of 50 inner chunks.
+  Runtime rt({.codec_threads = 2});
+  auto store = std::make_shared<test::InPlaceStore>();
+  const json bytes = json::parse(R"([{"name":"bytes","configuration":{"endian":"little"}}])");
+  auto a = Array::create_blocking(rt, store, "", meta({250000}, {100000}, sharding({1000}, bytes)));
+  const auto data = iota_vec(250000);
+  a.write_blocking(Region::all(a.shape()), std::as_bytes(std::span(data)));
+  const auto result = a.read_blocking(Region::all(a.shape()));
+  const auto got = result.as<std::int32_t>();
+  CHECK(std::vector<std::int32_t>(got.begin(), got.end()) == data);
+  CHECK(store->in_place == 3);
+}
+
+TEST_CASE("the shard index cache holds at most kMaxBytes of indexes, counting each key once", "[sharding]") {
+  using Cache = detail::ShardIndexCache;
+  Cache cache;
+  auto quarter = std::make_shared<codecs::ShardingCodec::Index>();
+  quarter->entries.resize(Cache::kMaxBytes / sizeof(std::uint64_t) / 4);
+  const int store = 0;
+  for (int k = 0; k < 4; ++k)
+    for (int again = 0; again < 3; ++again) cache.put(&store, "k" + std::to_string(k), {quarter, Generation{"g"}});
+  for (int k = 0; k < 4; ++k) CHECK(cache.find(&store, "k" + std::to_string(k)));  // exactly kMaxBytes
+  cache.put(&store, "k4", {quarter, Generation{"g"}});  // one more: the cache starts over
+  CHECK_FALSE(cache.find(&store, "k0"));
+  CHECK(cache.find(&store, "k4"));
+  cache.invalidate(&store, "k4");
+  for (int k = 0; k < 4; ++k) cache.put(&store, "k" + std::to_string(k), {quarter, Generation{"g"}});
+  CHECK(cache.find(&store, "k0"));  // the invalidated entry's bytes were given back
+  cache.put(&store, "k0", {quarter, Generation{}});  // an unknown generation is not cached
+  CHECK(cache.find(&store, "k0")->generation == Generation{"g"});
+}
+
+TEST_CASE("a shard write whose new generation is unknown drops the cached index", "[sharding][regression]") {
+  // A store whose writes cannot report the new generation (S3 multipart
+  // uploads, weak ETags): the cached index of the old shard must not stay,
+  // or a read would take inner chunks the write added for absent (fill).
+  struct Store : MemoryStore {
+    awaitable<std::optional<Generation>> write(std::string key, std::optional<Bytes> value,
+                                               WriteOptions options) override {
+      auto g = co_await MemoryStore::write(std::move(key), std::move(value), std::move(options));
+      if (g) g = Generation{};
+      co_return g;
+    }
+  };
+  Runtime rt({.codec_threads = 1});
+  auto store = std::make_shared<Store>();
+  const json bytes = json::parse(R"([{"name":"bytes","configuration":{"endian":"little"}}])");
+  auto a = Array::create_blocking(rt, store, "", meta({8}, {8}, sharding({2}, bytes)));
+  const std::int32_t head[] = {1, 2};
+  a.write_blocking({{0}, {2}}, std::as_bytes(std::span(head)));
+  CHECK(a.read_blocking({{4}, {6}}).as<std::int32_t>()[0] == 0);  // absent: fill; the index is now cached
+  const std::int32_t mid[] = {5, 6};
+  a.write_blocking({{4}, {6}}, std::as_bytes(std::span(mid)));
+  const auto result = a.read_blocking({{4}, {6}});
+  CHECK(std::vector<std::int32_t>(result.as<std::int32_t>().begin(), result.as<std::int32_t>().end()) ==
+        std::vector<std::int32_t>{5, 6});
 }
 
 TEST_CASE("inner chunks stored out of order are read in place only where shard and selection agree",

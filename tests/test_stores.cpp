@@ -613,6 +613,103 @@ TEST_CASE("FilesystemStore: small page-cached reads are answered at once, large 
   CHECK(*h.get("small") == small);
 }
 
+TEST_CASE("FilesystemStore: a read into a buffer of the value's size needing no generation costs open, read and "
+          "close, and a value of another size is never taken for it",
+          "[stores][filesystem]") {
+  test::TempDir tmp("stores");
+  StoreHarness h(filesystem_factory(tmp.path, kUring));
+  auto* store = store_answering_now(h);
+  if (!store) return;
+  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  // Sizes around a page and a few chunk sizes; each file's bytes depend on its size.
+  const std::size_t sizes[] = {1, 4000, page - 1, page, page + 1, 2 * page, 3 * page + 5};
+  auto value = [](std::size_t n) {
+    Bytes b(n);
+    for (std::size_t i = 0; i < n; ++i) b[i] = std::byte(i * 13 + n);
+    return b;
+  };
+  std::vector<std::string> keys;
+  for (std::size_t n : sizes) {
+    keys.push_back("v/" + std::to_string(n));
+    h.set(keys.back(), value(n));
+  }
+  fs::create_directories(tmp.path / "dir");
+  keys.push_back("dir");   // a directory: no value
+  keys.push_back("nope");  // absent
+  // A buffer of each size, and of one byte less and more: only the exact size is read in place.
+  for (int delta : {0, -1, 1}) {
+    INFO("buffer size - value size = " << delta);
+    std::vector<Bytes> buffers;
+    std::vector<ReadOptions> options(keys.size());
+    for (std::size_t k = 0; k < keys.size(); ++k) {
+      const std::size_t n = k < std::size(sizes) ? sizes[k] : 8;
+      buffers.emplace_back(n + delta, std::byte{0xEE});
+      options[k].into = buffers.back();
+      options[k].need_generation = false;
+    }
+    std::vector<ReadNow> out(keys.size());
+    store->try_read_now_many(keys, options, out);
+    for (std::size_t k = 0; k < keys.size(); ++k) {
+      INFO(keys[k]);
+      REQUIRE_FALSE(out[k].error);
+      REQUIRE(out[k].result);
+      const ReadResult& r = *out[k].result;
+      if (k >= std::size(sizes)) {
+        CHECK_FALSE(r.value);
+        continue;
+      }
+      REQUIRE(r.value);
+      CHECK(r.in_place == (delta == 0));
+      CHECK((r.in_place ? buffers[k] : *r.value) == value(sizes[k]));
+    }
+  }
+  // With every stat system call refused (seccomp, in a child process, all
+  // threads), the exact-size reads and the absent key still answer: open,
+  // read and close only. (A directory goes the usual way: preadv2 without
+  // waiting refuses it with EOPNOTSUPP, as on a file system that cannot say.)
+  keys.erase(keys.end() - 2);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    const sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_newfstatat, 3, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_fstat, 2, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_statx, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+    };
+    const sock_fprog prog{static_cast<unsigned short>(std::size(filter)), const_cast<sock_filter*>(filter)};
+    std::vector<Bytes> buffers;
+    std::vector<ReadOptions> options(keys.size());
+    for (std::size_t k = 0; k < keys.size(); ++k) {
+      buffers.emplace_back(k < std::size(sizes) ? sizes[k] : 8);
+      options[k].into = buffers.back();
+      options[k].need_generation = false;
+    }
+    std::vector<ReadNow> out(keys.size());
+    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+        ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog) != 0)
+      ::_exit(77);
+    store->try_read_now_many(keys, options, out);
+    for (std::size_t k = 0; k < keys.size(); ++k) {
+      if (out[k].error || !out[k].result) ::_exit(20 + static_cast<int>(k));
+      const ReadResult& r = *out[k].result;
+      const bool ok = k < std::size(sizes) ? r.in_place && buffers[k] == value(sizes[k]) : !r.value;
+      if (!ok) ::_exit(40 + static_cast<int>(k));
+    }
+    ::_exit(0);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 77) {
+    WARN("SKIPPED: cannot install a seccomp filter here");
+    return;
+  }
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
 TEST_CASE("FilesystemStore: try_read_now_many answers every page-cached small file of a large batch with its bytes",
           "[stores][filesystem]") {
   test::TempDir tmp("stores");

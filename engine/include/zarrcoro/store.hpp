@@ -88,9 +88,15 @@ struct ReadOptions {
   // the result then says `in_place` and its value is empty. Otherwise (any
   // other size, or a store that cannot) `into` is ignored and the value
   // comes as usual. The caller keeps `into` alive, and touches it not,
-  // until the read completes; after an error, a failed condition or a value
-  // of another size, its contents are unspecified.
+  // until the read completes (the kernel or a thread of the store may write
+  // it). After an error, a failed condition, a value of another size or a
+  // try_read_now that did not answer, its contents are unspecified.
   MutableByteSpan into;
+  // False: the caller will not look at the result's generation (an
+  // unconditional read), so a store may leave it unknown to save work
+  // (FilesystemStore answers a small page-cached value that fits `into`
+  // with open, read and close: no fstat).
+  bool need_generation = true;
 };
 
 struct ReadResult {
@@ -199,8 +205,8 @@ class Store {
   virtual void try_read_now_many(std::span<const std::string> keys, std::span<const ReadOptions> options,
                                  std::span<ReadNow> out);
 
-  // True if read() and try_read_now() fill ReadOptions::into (see there).
-  // Default: false; FilesystemStore: true.
+  // True if read() and try_read_now() fill ReadOptions::into (see there);
+  // the same for the store's lifetime. Default: false; FilesystemStore: true.
   virtual bool reads_into() const { return false; }
 
   // The executor this store's I/O runs on (the io_context it was made
