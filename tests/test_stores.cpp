@@ -44,6 +44,44 @@ bool io_uring_works() {
   return true;
 }
 
+// Runs `body` in a child process (forked from this one) under a seccomp
+// filter that makes each system call in `refused` fail with EPERM on every
+// thread; returns body's result as the child's exit status, or nullopt
+// (with a warning) where no filter can be installed here. Exit status 77
+// is reserved for that.
+std::optional<int> child_refusing(std::initializer_list<int> refused, const std::function<int()>& body) {
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    // Load the call number; a match jumps to the last instruction (EPERM); else allow.
+    const auto n = static_cast<unsigned char>(refused.size());
+    std::vector<sock_filter> filter{BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr))};
+    unsigned char i = 0;
+    for (int nr : refused) {
+      const auto to_refusal = static_cast<unsigned char>(n - i++);
+      filter.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<unsigned>(nr), to_refusal, 0));
+    }
+    filter.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
+    filter.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)));
+    const sock_fprog prog{static_cast<unsigned short>(filter.size()), filter.data()};
+    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+        ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog) != 0)
+      ::_exit(77);
+    int code = 1;
+    try {
+      code = body();
+    } catch (...) {
+    }
+    ::_exit(code);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  if (WEXITSTATUS(status) != 77) return WEXITSTATUS(status);
+  WARN("SKIPPED: cannot install a seccomp filter here");
+  return std::nullopt;
+}
+
 std::string slurp(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
   REQUIRE(f.good());
@@ -424,43 +462,19 @@ TEST_CASE("FilesystemStore: falls back at runtime when io_uring_setup is refused
           "[stores][filesystem]") {
   test::TempDir tmp("stores");
   // seccomp filters cannot be removed, so the refusal runs in a child process.
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    const sock_filter filter[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-    };
-    const sock_fprog prog{static_cast<unsigned short>(std::size(filter)),
-                          const_cast<sock_filter*>(filter)};
-    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
-        ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
-      ::_exit(77);
-    if (io_uring_works()) ::_exit(10);
-    int code = 0;
-    try {
-      boost::asio::io_context io;
-      auto store = std::make_shared<FilesystemStore>(io.get_executor(), tmp.path, kUring);
-      if (store->uses_io_uring()) code = 11;
-      StoreHarness h([&](boost::asio::any_io_executor) { return store; });
-      h.set("a/b", "value");
-      if (h.text("a/b", ByteRange::from(1, 3)) != "alu") code = 12;
-      if (h.list("") != Strings{"a/b"}) code = 13;
-    } catch (...) {
-      code = 14;
-    }
-    ::_exit(code);
-  }
-  int status = 0;
-  REQUIRE(::waitpid(pid, &status, 0) == pid);
-  REQUIRE(WIFEXITED(status));
-  if (WEXITSTATUS(status) == 77) {
-    WARN("SKIPPED: cannot install a seccomp filter here");
-    return;
-  }
-  CHECK(WEXITSTATUS(status) == 0);
+  const auto status = child_refusing({__NR_io_uring_setup}, [&] {
+    if (io_uring_works()) return 10;
+    boost::asio::io_context io;
+    auto store = std::make_shared<FilesystemStore>(io.get_executor(), tmp.path, kUring);
+    if (store->uses_io_uring()) return 11;
+    StoreHarness h([&](boost::asio::any_io_executor) { return store; });
+    h.set("a/b", "value");
+    if (h.text("a/b", ByteRange::from(1, 3)) != "alu") return 12;
+    if (h.list("") != Strings{"a/b"}) return 13;
+    return 0;
+  });
+  if (!status) return;
+  CHECK(*status == 0);
   CHECK(slurp(tmp.path / "a/b") == "value");
 }
 
@@ -668,46 +682,25 @@ TEST_CASE("FilesystemStore: a read into a buffer of the value's size needing no 
   // read and close only. (A directory goes the usual way: preadv2 without
   // waiting refuses it with EOPNOTSUPP, as on a file system that cannot say.)
   keys.erase(keys.end() - 2);
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    const sock_filter filter[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_newfstatat, 3, 0),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_fstat, 2, 0),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_statx, 1, 0),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
-    };
-    const sock_fprog prog{static_cast<unsigned short>(std::size(filter)), const_cast<sock_filter*>(filter)};
-    std::vector<Bytes> buffers;
-    std::vector<ReadOptions> options(keys.size());
-    for (std::size_t k = 0; k < keys.size(); ++k) {
-      buffers.emplace_back(k < std::size(sizes) ? sizes[k] : 8);
-      options[k].into = buffers.back();
-      options[k].need_generation = false;
-    }
+  std::vector<Bytes> buffers;
+  std::vector<ReadOptions> options(keys.size());
+  for (std::size_t k = 0; k < keys.size(); ++k) {
+    buffers.emplace_back(k < std::size(sizes) ? sizes[k] : 8);
+    options[k].into = buffers.back();
+    options[k].need_generation = false;
+  }
+  const auto status = child_refusing({__NR_newfstatat, __NR_fstat, __NR_statx}, [&] {
     std::vector<ReadNow> out(keys.size());
-    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
-        ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog) != 0)
-      ::_exit(77);
     store->try_read_now_many(keys, options, out);
     for (std::size_t k = 0; k < keys.size(); ++k) {
-      if (out[k].error || !out[k].result) ::_exit(20 + static_cast<int>(k));
+      if (out[k].error || !out[k].result) return 20 + static_cast<int>(k);
       const ReadResult& r = *out[k].result;
       const bool ok = k < std::size(sizes) ? r.in_place && buffers[k] == value(sizes[k]) : !r.value;
-      if (!ok) ::_exit(40 + static_cast<int>(k));
+      if (!ok) return 40 + static_cast<int>(k);
     }
-    ::_exit(0);
-  }
-  int status = 0;
-  REQUIRE(::waitpid(pid, &status, 0) == pid);
-  REQUIRE(WIFEXITED(status));
-  if (WEXITSTATUS(status) == 77) {
-    WARN("SKIPPED: cannot install a seccomp filter here");
-    return;
-  }
-  CHECK(WEXITSTATUS(status) == 0);
+    return 0;
+  });
+  if (status) CHECK(*status == 0);
 }
 
 TEST_CASE("FilesystemStore: try_read_now_many answers every page-cached small file of a large batch with its bytes",
