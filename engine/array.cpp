@@ -680,7 +680,8 @@ class ReadOp final : public ChunkOp {
     auto& t = tasks_[i];
     t.pieces.clear();
     t.buffers.clear();
-    const auto shard = co_await shard_index(key, refetch_index);
+    const ShardIndex found = co_await shard_index(key, refetch_index);
+    const auto& shard = found.entry;
     t.computes = false;
     t.bytes = 0;
     t.max_parts = 1;
@@ -696,6 +697,18 @@ class ReadOp final : public ChunkOp {
       if (t.pieces[k].buffer != std::string::npos) order.push_back(k);
     std::sort(order.begin(), order.end(),
               [&](auto a, auto b) { return t.pieces[a].offset < t.pieces[b].offset; });
+    // Only the range reads below check a cached index against the shard:
+    // without one (every inner chunk needed is absent from the index), a
+    // read of one byte must, or inner chunks written since (by another
+    // process, or by a write whose index a slower reader's replaced in the
+    // cache) would read as fill_value.
+    if (order.empty() && found.cached) {
+      const auto got = co_await read(key, ByteRange::from(0, 1), shard.generation);
+      if (got.changed || !got.value) {
+        engine_.shard_indexes.invalidate(st_->store.get(), key);
+        co_return false;
+      }
+    }
     const auto& opt = st_->rt->options();
     for (std::size_t k = 0; k < order.size();) {
       const std::uint64_t begin = t.pieces[order[k]].offset;
@@ -793,16 +806,21 @@ class ReadOp final : public ChunkOp {
   }
 
   // The decoded index of shard `key` with the shard's generation (a null
-  // index if the shard does not exist), from the cache unless `refetch`.
-  asio::awaitable<detail::ShardIndexCache::Entry> shard_index(std::string key, bool refetch) {
+  // index if the shard does not exist), from the cache unless `refetch`;
+  // `cached` if it came from the cache (unchecked against the store).
+  struct ShardIndex {
+    detail::ShardIndexCache::Entry entry;
+    bool cached = false;
+  };
+  asio::awaitable<ShardIndex> shard_index(std::string key, bool refetch) {
     auto& cache = engine_.shard_indexes;
     if (!refetch)
-      if (auto hit = cache.find(st_->store.get(), key)) co_return std::move(*hit);
+      if (auto hit = cache.find(st_->store.get(), key)) co_return ShardIndex{std::move(*hit), true};
     const auto& sc = *st_->shard;
     const auto range = sc.index_at_start() ? ByteRange::from(0, sc.index_bytes()) : ByteRange::last(sc.index_bytes());
     Generation unconditional;
     auto got = co_await read(key, range, std::move(unconditional));
-    if (!got.value) co_return detail::ShardIndexCache::Entry{nullptr, std::move(got.generation)};
+    if (!got.value) co_return ShardIndex{{nullptr, std::move(got.generation)}};
     // Decoding (and checking) the index is codec work: it goes to the pool.
     struct IndexTask final : detail::ChunkTask {
       void run() override { index = std::make_shared<codecs::ShardingCodec::Index>(codec->decode_index(encoded)); }
@@ -818,7 +836,7 @@ class ReadOp final : public ChunkOp {
     if (task.error) rethrow_with_key(task.error, key);
     detail::ShardIndexCache::Entry entry{task.index, std::move(got.generation)};
     cache.put(st_->store.get(), key, entry);
-    co_return entry;
+    co_return ShardIndex{std::move(entry)};
   }
 
   detail::ChunkTask& task(std::size_t i) override { return tasks_[i]; }

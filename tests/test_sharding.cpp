@@ -2,6 +2,7 @@
 // index cache, partial shard writes that keep untouched inner chunks, empty
 // shards, nested shards, and no lost updates under concurrent writers.
 #include <condition_variable>
+#include <future>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -10,6 +11,9 @@
 #include <thread>
 
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/use_future.hpp>
 #include <catch2/catch.hpp>
 
@@ -301,6 +305,48 @@ TEST_CASE("a shard write whose new generation is unknown drops the cached index"
   a.write_blocking({{4}, {6}}, std::as_bytes(std::span(mid)));
   const auto result = a.read_blocking({{4}, {6}});
   CHECK(std::vector<std::int32_t>(result.as<std::int32_t>().begin(), result.as<std::int32_t>().end()) ==
+        std::vector<std::int32_t>{5, 6});
+}
+
+TEST_CASE("a reader's index older than a concurrent write's never hides the write's inner chunks",
+          "[sharding][regression]") {
+  // The reader fetches the index, then waits (here: at a gate) while a
+  // write in the same runtime replaces the shard and caches the new index;
+  // the reader then caches its older index over it. A later read needing
+  // only inner chunks that index lacks must not take them for absent.
+  struct GatedStore : MemoryStore {
+    explicit GatedStore(asio::any_io_executor io) : gate(io, asio::steady_timer::time_point::max()) {}
+    awaitable<ReadResult> read(std::string key, ReadOptions options) override {
+      const bool index_read = options.range.kind == ByteRange::Kind::suffix;
+      auto got = co_await MemoryStore::read(std::move(key), std::move(options));
+      if (index_read && hold.exchange(false)) {
+        at_gate.set_value();
+        boost::system::error_code ec;
+        co_await gate.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      }
+      co_return got;
+    }
+    std::atomic<bool> hold{false};
+    std::promise<void> at_gate;
+    asio::steady_timer gate;
+  };
+  Runtime writer_rt({.codec_threads = 1}), rt({.codec_threads = 1});
+  const json bytes = json::parse(R"([{"name":"bytes","configuration":{"endian":"little"}}])");
+  auto store = std::make_shared<GatedStore>(rt.io_executor());
+  const std::int32_t head[] = {1, 2};
+  Array::create_blocking(writer_rt, store, "", meta({8}, {8}, sharding({2}, bytes)))
+      .write_blocking({{0}, {2}}, std::as_bytes(std::span(head)));
+  const Array a = Array::open_blocking(rt, store, "");
+  store->hold = true;
+  auto reader = asio::co_spawn(rt.io_executor(), a.read({{4}, {6}}), asio::use_future);
+  store->at_gate.get_future().wait();
+  const std::int32_t mid[] = {5, 6};
+  a.write_blocking({{4}, {6}}, std::as_bytes(std::span(mid)));
+  asio::post(rt.io_executor(), [&] { store->gate.cancel(); });
+  const NdArray before = reader.get();
+  CHECK(before.as<std::int32_t>()[0] == 0);  // it began before the write
+  const auto after = a.read_blocking({{4}, {6}});
+  CHECK(std::vector<std::int32_t>(after.as<std::int32_t>().begin(), after.as<std::int32_t>().end()) ==
         std::vector<std::int32_t>{5, 6});
 }
 
