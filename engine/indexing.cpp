@@ -35,7 +35,7 @@ std::vector<ChunkPart> plan_chunks(const std::vector<std::uint64_t>& shape,
   parts.reserve(total);
   Dims idx(r, 0);
   for (std::size_t n = 0; n < total; ++n) {
-    ChunkPart p;
+    ChunkPart& p = parts.emplace_back();
     p.coords.resize(r);
     p.chunk_start.resize(r);
     p.out_start.resize(r);
@@ -49,7 +49,6 @@ std::vector<ChunkPart> plan_chunks(const std::vector<std::uint64_t>& shape,
       p.shape[d] = s.length;
       p.whole_chunk = p.whole_chunk && s.whole;
     }
-    parts.push_back(std::move(p));
     for (std::size_t d = r; d-- > 0;) {
       if (++idx[d] < segs[d].size()) break;
       idx[d] = 0;
