@@ -587,7 +587,10 @@ class ReadOp final : public ChunkOp {
 
   asio::awaitable<void> fetch(std::size_t i) override {
     const auto& p = parts_[i];
-    if (by_inner_chunks(i) && co_await fetch_inner_chunks(i)) co_return;
+    if (by_inner_chunks(i)) {
+      const bool fetched_inner = co_await fetch_inner_chunks(i);  // no co_await beside && (g++ 12)
+      if (fetched_inner) co_return;
+    }
     Generation unconditional;  // named: g++ 12 and temporaries beside co_await
     const MutableByteSpan into = st_->shard ? MutableByteSpan() : read_target(*st_->pipeline, p, p.out_start);
     auto got = co_await read(st_->chunk_key(p.coords), ByteRange::all(), std::move(unconditional), into);

@@ -315,7 +315,8 @@ TEST_CASE("a reader's index older than a concurrent write's never hides the writ
   // the reader then caches its older index over it. A later read needing
   // only inner chunks that index lacks must not take them for absent.
   struct GatedStore : MemoryStore {
-    explicit GatedStore(asio::any_io_executor io) : gate(io, asio::steady_timer::time_point::max()) {}
+    // The gate opens by itself after a while, so a failing test cannot hang the runtime.
+    explicit GatedStore(asio::any_io_executor io) : gate(io, test::scaled(std::chrono::seconds(60))) {}
     awaitable<ReadResult> read(std::string key, ReadOptions options) override {
       const bool index_read = options.range.kind == ByteRange::Kind::suffix;
       auto got = co_await MemoryStore::read(std::move(key), std::move(options));
@@ -338,11 +339,12 @@ TEST_CASE("a reader's index older than a concurrent write's never hides the writ
       .write_blocking({{0}, {2}}, std::as_bytes(std::span(head)));
   const Array a = Array::open_blocking(rt, store, "");
   store->hold = true;
+  auto at_gate = store->at_gate.get_future();
   auto reader = asio::co_spawn(rt.io_executor(), a.read({{4}, {6}}), asio::use_future);
-  store->at_gate.get_future().wait();
+  REQUIRE(at_gate.wait_for(test::scaled(std::chrono::seconds(30))) == std::future_status::ready);
   const std::int32_t mid[] = {5, 6};
   a.write_blocking({{4}, {6}}, std::as_bytes(std::span(mid)));
-  asio::post(rt.io_executor(), [&] { store->gate.cancel(); });
+  asio::post(rt.io_executor(), [&] { store->gate.cancel(); });  // after the wait began: one I/O thread
   const NdArray before = reader.get();
   CHECK(before.as<std::int32_t>()[0] == 0);  // it began before the write
   const auto after = a.read_blocking({{4}, {6}});
