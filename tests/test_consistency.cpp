@@ -72,6 +72,19 @@ int wait_exit(pid_t pid) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+// The other writer of the stale-index tests: another FilesystemStore object
+// on the same files, in `rt` (mode 0) or in a Runtime of its own (mode 1).
+struct OtherWriter {
+  OtherWriter(int mode, Runtime& same, const fs::path& dir)
+      : own(mode == 1 ? std::make_unique<Runtime>(RuntimeOptions{.codec_threads = 1}) : nullptr),
+        rt(own ? *own : same),
+        store(std::make_shared<FilesystemStore>(rt.io_executor(), dir)) {}
+  Array open(const std::string& path) const { return Array::open_blocking(rt, store, path); }
+  std::unique_ptr<Runtime> own;
+  Runtime& rt;
+  std::shared_ptr<FilesystemStore> store;
+};
+
 }  // namespace
 
 TEST_CASE("stale shard index: a shard rewritten through another store object or runtime reads anew",
@@ -93,11 +106,8 @@ TEST_CASE("stale shard index: a shard rewritten through another store object or 
   // The other writer leaves inner chunk (0, 0) empty: every later inner chunk moves.
   std::vector<std::int32_t> v2(64);
   for (std::size_t i = 0; i < 64; ++i) v2[i] = (i / 8 < 4 && i % 8 < 4) ? 0 : static_cast<std::int32_t>(1000 + i);
-  std::unique_ptr<Runtime> rt2;
-  if (mode == 1) rt2 = std::make_unique<Runtime>(RuntimeOptions{.codec_threads = 1});
-  Runtime& other_rt = mode == 1 ? *rt2 : rt;
-  auto other = std::make_shared<FilesystemStore>(other_rt.io_executor(), dir.path);
-  write(Array::open_blocking(other_rt, other, "a"), Region::all({8, 8}), v2);
+  const OtherWriter other(mode, rt, dir.path);
+  write(other.open("a"), Region::all({8, 8}), v2);
 
   CHECK(ints(a.read_blocking(Region::parse("4:8,4:8", {8, 8}))) ==
         std::vector<std::int32_t>{1036, 1037, 1038, 1039, 1044, 1045, 1046, 1047, 1052, 1053, 1054, 1055, 1060,
@@ -105,7 +115,7 @@ TEST_CASE("stale shard index: a shard rewritten through another store object or 
   CHECK(ints(a.read_blocking(Region::parse("0:2,0:8", {8, 8}))) ==
         std::vector<std::int32_t>{0, 0, 0, 0, 1004, 1005, 1006, 1007, 0, 0, 0, 0, 1012, 1013, 1014, 1015});
   // Erased by the other writer: fill, not the cached index's view.
-  write(Array::open_blocking(other_rt, other, "a"), Region::all({8, 8}), std::vector<std::int32_t>(64));
+  write(other.open("a"), Region::all({8, 8}), std::vector<std::int32_t>(64));
   CHECK(ints(a.read_blocking(Region::parse("4:6,4:6", {8, 8}))) == std::vector<std::int32_t>{0, 0, 0, 0});
 }
 
@@ -122,11 +132,8 @@ TEST_CASE("stale shard index: inner chunks another writer added where the cached
   const Region corner = Region::parse("4:6,4:6", {8, 8});
   CHECK(ints(a.read_blocking(corner)) == std::vector<std::int32_t>{0, 0, 0, 0});
 
-  std::unique_ptr<Runtime> rt2;
-  if (mode == 1) rt2 = std::make_unique<Runtime>(RuntimeOptions{.codec_threads = 1});
-  Runtime& other_rt = mode == 1 ? *rt2 : rt;
-  auto other = std::make_shared<FilesystemStore>(other_rt.io_executor(), dir.path);
-  write(Array::open_blocking(other_rt, other, "a"), corner, {1, 2, 3, 4});
+  const OtherWriter other(mode, rt, dir.path);
+  write(other.open("a"), corner, {1, 2, 3, 4});
   // No inner chunk this read needs is in the cached index, so no range read
   // checks it: the read must still see the other writer's.
   CHECK(ints(a.read_blocking(corner)) == std::vector<std::int32_t>{1, 2, 3, 4});
