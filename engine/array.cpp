@@ -785,8 +785,11 @@ class ReadOp final : public ChunkOp {
     for (auto& ip : inner) {
       const std::size_t n = sc.inner_number(ip.coords);
       const bool missing = index.missing(n);
-      pieces.push_back({std::move(ip), missing ? std::string::npos : 0, missing ? 0 : index.offset(n),
-                        missing ? 0 : index.nbytes(n)});
+      InnerPiece& piece = pieces.emplace_back();
+      piece.part = std::move(ip);
+      piece.buffer = missing ? std::string::npos : 0;
+      piece.offset = missing ? 0 : index.offset(n);
+      piece.size = missing ? 0 : index.nbytes(n);
     }
   }
 
