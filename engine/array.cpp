@@ -677,7 +677,7 @@ class ReadOp final : public ChunkOp {
   static constexpr unsigned kShardReadAttempts = 4;
 
   // One attempt; false when the shard changed under it.
-  asio::awaitable<bool> try_fetch_inner_chunks(std::size_t i, const std::string& key, bool refetch_index) {
+  asio::awaitable<bool> try_fetch_inner_chunks(std::size_t i, std::string key, bool refetch_index) {
     const auto& sc = *st_->shard;
     const ChunkPart& p = parts_[i];
     auto& t = tasks_[i];

@@ -34,7 +34,7 @@ nlohmann::json parse_doc(const Bytes& doc, const std::string& key) {
   return parse_json({reinterpret_cast<const char*>(doc.data()), doc.size()}, key);
 }
 
-awaitable<nlohmann::json> load_zattrs(Store& store, const std::string& path) {
+awaitable<nlohmann::json> load_zattrs(Store& store, std::string path) {
   const std::string key = node_prefix(path) + ".zattrs";
   auto doc = co_await store.get(key);
   if (!doc) co_return nlohmann::json();
@@ -43,7 +43,7 @@ awaitable<nlohmann::json> load_zattrs(Store& store, const std::string& path) {
   co_return j;
 }
 
-awaitable<void> store_zattrs(Store& store, const std::string& path, const nlohmann::json& attributes) {
+awaitable<void> store_zattrs(Store& store, std::string path, nlohmann::json attributes) {
   const std::string key = node_prefix(path) + ".zattrs";
   if (attributes.empty()) {
     co_await store.erase(key);  // absent means {}

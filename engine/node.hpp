@@ -45,8 +45,8 @@ nlohmann::json pipeline_codecs(const ArrayMetadata& metadata);
 // v2 helpers shared with groups.
 nlohmann::json parse_doc(const Bytes& doc, const std::string& key);
 // The `.zattrs` object of the node at `path`, or null when absent.
-awaitable<nlohmann::json> load_zattrs(Store& store, const std::string& path);
-awaitable<void> store_zattrs(Store& store, const std::string& path, const nlohmann::json& attributes);
+awaitable<nlohmann::json> load_zattrs(Store& store, std::string path);
+awaitable<void> store_zattrs(Store& store, std::string path, nlohmann::json attributes);
 // Writes {"zarr_format": 2} as `.zgroup` at each ancestor of `path` (and
 // the root) that holds no `.zgroup`, `.zarray` or `zarr.json`.
 awaitable<void> create_v2_parents(Store& store, const std::string& path);
