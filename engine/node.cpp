@@ -58,17 +58,35 @@ awaitable<void> store_zattrs(Store& store, std::string path, nlohmann::json attr
   co_await store.set(key, std::move(doc));
 }
 
-awaitable<void> create_v2_parents(Store& store, const std::string& path) {
-  const nlohmann::json zgroup = {{"zarr_format", 2}};
-  for (auto slash = path.rfind('/'); slash != std::string::npos && slash > 0; slash = path.rfind('/', slash - 1)) {
-    const std::string parent = path.substr(0, slash) + "/";
-    if (!(co_await store.exists(parent + ".zgroup")) && !(co_await store.exists(parent + ".zarray")) &&
-        !(co_await store.exists(parent + "zarr.json")))
-      co_await store.set(parent + ".zgroup", v2_json_bytes(zgroup));
+namespace {
+
+// Whether a node's document (.zgroup, .zarray or zarr.json) is stored under
+// `prefix` ("" for the root, else "a/b/").
+awaitable<bool> holds_node(Store& store, std::string prefix) {
+  static constexpr const char* kDocs[] = {".zgroup", ".zarray", "zarr.json"};
+  for (const char* doc : kDocs) {
+    const std::string key = prefix + doc;
+    const bool there = co_await store.exists(key);
+    if (there) co_return true;
   }
-  if (!path.empty() && !(co_await store.exists(".zgroup")) && !(co_await store.exists(".zarray")) &&
-      !(co_await store.exists("zarr.json")))
-    co_await store.set(".zgroup", v2_json_bytes(zgroup));
+  co_return false;
+}
+
+}  // namespace
+
+awaitable<void> create_v2_parents(Store& store, std::string path) {
+  std::vector<std::string> prefixes;  // the nearest parent first, the root last
+  for (auto slash = path.rfind('/'); slash != std::string::npos && slash > 0; slash = path.rfind('/', slash - 1))
+    prefixes.push_back(path.substr(0, slash) + "/");
+  if (!path.empty()) prefixes.emplace_back();
+  const nlohmann::json zgroup = {{"zarr_format", 2}};
+  for (const std::string& prefix : prefixes) {
+    const bool there = co_await holds_node(store, prefix);
+    if (there) continue;
+    std::string key = prefix + ".zgroup";
+    Bytes doc = v2_json_bytes(zgroup);
+    co_await store.set(std::move(key), std::move(doc));
+  }
 }
 
 awaitable<void> prepare_create(Store& store, std::string path, CreateMode mode) {

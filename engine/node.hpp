@@ -49,7 +49,7 @@ awaitable<nlohmann::json> load_zattrs(Store& store, std::string path);
 awaitable<void> store_zattrs(Store& store, std::string path, nlohmann::json attributes);
 // Writes {"zarr_format": 2} as `.zgroup` at each ancestor of `path` (and
 // the root) that holds no `.zgroup`, `.zarray` or `zarr.json`.
-awaitable<void> create_v2_parents(Store& store, const std::string& path);
+awaitable<void> create_v2_parents(Store& store, std::string path);
 
 Bytes json_bytes(const nlohmann::json& j);     // strict JSON text (dump_json) as bytes
 Bytes v2_json_bytes(const nlohmann::json& j);  // the same, ASCII only (zarr-python 2 reads ASCII)
