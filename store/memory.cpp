@@ -43,9 +43,15 @@ std::optional<ReadResult> MemoryStore::try_read_now(const std::string& key, cons
     }
     if (e) value = e->bytes;
   }
-  if (value) {
-    const ByteExtent e = clip(options.range, value->size());
-    r.value = Bytes(value->begin() + e.begin, value->begin() + e.end);
+  if (!value) return r;
+  const ByteExtent e = clip(options.range, value->size());
+  const auto first = value->begin() + static_cast<std::ptrdiff_t>(e.begin);
+  if (e.size() > 0 && e.size() == options.into.size() && reads_into()) {  // a subclass may say no
+    std::copy_n(first, e.size(), options.into.begin());
+    r.value.emplace();
+    r.in_place = true;
+  } else {
+    r.value = Bytes(first, first + static_cast<std::ptrdiff_t>(e.size()));
   }
   return r;
 }

@@ -233,6 +233,32 @@ TEST_CASE("chunks with nothing to compute run without a hop", "[engine][invarian
   CHECK(s.codec_calls == 0);
 }
 
+// MemoryStore copies a whole plain-copy chunk straight to its place in the
+// output (ReadOptions::into): nothing is left to compute, so not even
+// inline_bytes = 0 (which sends every other trivial chunk to the pool) makes
+// a pool job. A store that returns values (as HTTP and S3 do) takes the hop.
+TEST_CASE("whole plain-copy chunks from a MemoryStore land in the output with no pool job", "[engine][invariant]") {
+  Runtime rt({.codec_threads = 2, .inline_bytes = 0});
+  const auto meta =
+      make_meta({64}, {8}, DataTypeKind::int32, codecs_json(R"([{"name":"bytes","configuration":{"endian":"little"}}])"));
+  const auto data = iota_vec(64);
+  for (const bool values : {false, true}) {
+    INFO((values ? "a store returning values" : "MemoryStore"));
+    auto store = values ? std::shared_ptr<MemoryStore>(std::make_shared<test::ValueStore>())
+                        : std::make_shared<MemoryStore>();
+    auto a = Array::create_blocking(rt, store, "", meta);
+    a.write_blocking(Region::all(a.shape()), as_bytes(data));
+    rt.reset_stats();
+    std::vector<std::int32_t> back(64, -1);
+    a.read_blocking(Region::all(a.shape()), as_writable(back));
+    CHECK(back == data);
+    CHECK(rt.stats().pool_submissions == (values ? 1u : 0u));
+    std::vector<std::int32_t> part(13, -1);  // parts of chunks are copied from a value
+    a.read_blocking({{5}, {18}}, as_writable(part));
+    CHECK(part == std::vector<std::int32_t>(data.begin() + 5, data.begin() + 18));
+  }
+}
+
 TEST_CASE("the blocking API works from 8 threads at once", "[engine][invariant]") {
   Runtime rt({.codec_threads = 2});
   auto a = Array::create_blocking(rt, std::make_shared<MemoryStore>(), "",
@@ -521,7 +547,7 @@ TEST_CASE("a plain-copy chunk of the wrong size is CorruptChunk in whole and par
   Runtime rt({.codec_threads = 1});
   const bool in_place = GENERATE(false, true);
   INFO("in place " << in_place);
-  auto store = in_place ? std::make_shared<test::InPlaceStore>() : std::make_shared<MemoryStore>();
+  auto store = in_place ? std::shared_ptr<MemoryStore>(std::make_shared<test::InPlaceStore>()) : std::make_shared<test::ValueStore>();
   auto a = Array::create_blocking(
       rt, store, "", make_meta({4, 4}, {2, 4}, DataTypeKind::int32, codecs_json(R"([{"name":"bytes","configuration":{"endian":"little"}}])")));
   const auto data = iota_vec(16);

@@ -226,7 +226,7 @@ TEST_CASE("inner chunks land in the selection exactly, whole or in part, aligned
   const bool in_place = GENERATE(false, true);
   INFO(inner.dump() << ", inner chunks " << inner_shape[0] << "x" << inner_shape[1] << ", in place " << in_place);
   Runtime rt({.codec_threads = 2});
-  auto store = in_place ? std::make_shared<test::InPlaceStore>() : std::make_shared<MemoryStore>();
+  auto store = in_place ? std::shared_ptr<MemoryStore>(std::make_shared<test::InPlaceStore>()) : std::make_shared<test::ValueStore>();
   auto a = Array::create_blocking(rt, store, "", meta({12, 10}, {6, 10}, sharding(inner_shape, inner)));
   const auto data = iota_vec(120);
   a.write_blocking(Region::all(a.shape()), std::as_bytes(std::span(data)));
@@ -385,7 +385,7 @@ TEST_CASE("an inner chunk of the wrong size is CorruptChunk naming the shard, in
   Runtime rt({.codec_threads = 1});
   const bool in_place = GENERATE(false, true);
   INFO("in place " << in_place);
-  auto store = in_place ? std::make_shared<test::InPlaceStore>() : std::make_shared<MemoryStore>();
+  auto store = in_place ? std::shared_ptr<MemoryStore>(std::make_shared<test::InPlaceStore>()) : std::make_shared<test::ValueStore>();
   const json index_bytes = json::parse(R"([{"name":"bytes","configuration":{"endian":"little"}}])");
   auto a = Array::create_blocking(rt, store, "", meta({4}, {4}, sharding({4}, index_bytes, "end", index_bytes)));
   // A shard by hand: one inner chunk of 12 bytes where 4 int32 take 16;

@@ -7,14 +7,17 @@
 // version number unique within the store (its Generation); conditional reads
 // and writes compare it under the mutex.
 //
-// Cost: a read, write or exists is one hash lookup (constant time); list and
-// list_sizes scan every key and sort the matches.
+// Cost: a read, write or exists is one hash lookup in an open-addressing
+// table (constant time); a read whose range fits ReadOptions::into exactly
+// is one copy there, with no allocation. list and list_sizes scan every key
+// and sort the matches.
 #pragma once
 
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_map>
+
+#include <boost/unordered/unordered_flat_map.hpp>
 
 #include <zarrcoro/store.hpp>
 
@@ -40,6 +43,8 @@ class MemoryStore : public Store {
   awaitable<ReadResult> read(std::string key, ReadOptions options) override;
   // Always answers.
   std::optional<ReadResult> try_read_now(const std::string& key, const ReadOptions& options) override;
+  // True: a range of exactly into.size() bytes is copied there.
+  bool reads_into() const override { return true; }
   awaitable<std::optional<Generation>> write(std::string key, std::optional<Bytes> value,
                                              WriteOptions options) override;
   // "memory://"
@@ -57,7 +62,7 @@ class MemoryStore : public Store {
 
   mutable std::mutex mu_;
   std::uint64_t next_version_ = 1;
-  std::unordered_map<std::string, Entry> values_;
+  boost::unordered_flat_map<std::string, Entry> values_;  // no pointer into it outlives mu_
 };
 
 // The half-open byte interval [begin, end) that `range` selects from a value
