@@ -44,6 +44,7 @@ namespace zarrcoro {
 namespace asio = boost::asio;
 using asio::use_awaitable;
 using detail::ChunkPart;
+using detail::ChunkParts;
 
 struct Array::State {
   Runtime* rt;
@@ -177,7 +178,7 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
   // is much cheaper to copy), a strand otherwise.
   using Strand = asio::any_io_executor;
 
-  ChunkOp(std::shared_ptr<const Array::State> st, std::vector<ChunkPart> parts)
+  ChunkOp(std::shared_ptr<const Array::State> st, ChunkParts parts)
       : st_(std::move(st)),
         engine_(st_->rt->engine()),
         strand_(st_->rt->serialized_io() ? Strand(st_->rt->io_executor())
@@ -397,7 +398,7 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
   std::shared_ptr<const Array::State> st_;
   detail::EngineState& engine_;
   Strand strand_;
-  std::vector<ChunkPart> parts_;
+  ChunkParts parts_;
   bool cancelled_ = false;                // on strand_
   std::atomic<bool> cancel_flag_{false};  // the same, for codec tasks on the pool
 
@@ -543,7 +544,7 @@ class ReadOp final : public ChunkOp {
  public:
   // `strings`: read_strings' result (sized to the region), filled from the
   // views in `out` once every chunk is in.
-  ReadOp(std::shared_ptr<const Array::State> st, std::vector<ChunkPart> parts, Region region,
+  ReadOp(std::shared_ptr<const Array::State> st, ChunkParts parts, Region region,
          MutableByteSpan out, std::vector<std::string>* strings = nullptr)
       : ChunkOp(std::move(st), std::move(parts)), region_shape_(region.shape()), out_(out), strings_(strings) {
     if (st_->meta.data_type.is_variable_length()) heap_ = std::make_unique<codecs::VlenHeap>();
@@ -979,7 +980,7 @@ class ReadOp final : public ChunkOp {
   MutableByteSpan out_;
   std::vector<std::string>* strings_ = nullptr;
   std::unique_ptr<codecs::VlenHeap> heap_;  // variable-length types: owns the decoded bytes out_'s views point into
-  std::vector<Task> tasks_;
+  std::vector<Task, detail::CachedAllocator<Task>> tasks_;
   std::vector<std::string> keys_now_;  // fetch_now's scratch
   std::vector<ReadOptions> options_now_;
   std::vector<ReadNow> read_now_;
@@ -989,7 +990,7 @@ class ReadOp final : public ChunkOp {
 
 class WriteOp final : public ChunkOp {
  public:
-  WriteOp(std::shared_ptr<const Array::State> st, std::vector<ChunkPart> parts, Region region,
+  WriteOp(std::shared_ptr<const Array::State> st, ChunkParts parts, Region region,
           ByteSpan in)
       : ChunkOp(std::move(st), std::move(parts)), region_shape_(region.shape()), in_(in) {
     if (st_->meta.data_type.is_variable_length()) heap_ = std::make_unique<codecs::VlenHeap>();
@@ -1180,7 +1181,7 @@ class WriteOp final : public ChunkOp {
   std::vector<std::uint64_t> region_shape_;
   ByteSpan in_;
   std::unique_ptr<codecs::VlenHeap> heap_;  // variable-length types: existing chunks' decoded bytes
-  std::vector<Task> tasks_;
+  std::vector<Task, detail::CachedAllocator<Task>> tasks_;
 };
 
 // Raises InvalidArgument unless `r` lies within the array and (when given)

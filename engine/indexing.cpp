@@ -13,7 +13,7 @@ struct Segment {
 
 }  // namespace
 
-std::vector<ChunkPart> plan_chunks(const std::vector<std::uint64_t>& shape,
+ChunkParts plan_chunks(const std::vector<std::uint64_t>& shape,
                                    const std::vector<std::uint64_t>& chunk_shape, const Region& region) {
   const std::size_t r = shape.size();
   std::vector<std::vector<Segment>> segs(r);
@@ -31,7 +31,7 @@ std::vector<ChunkPart> plan_chunks(const std::vector<std::uint64_t>& shape,
   }
   std::size_t total = 1;  // at most the region's element count, which the caller checked
   for (auto& s : segs) total *= s.size();
-  std::vector<ChunkPart> parts;
+  ChunkParts parts;
   parts.reserve(total);
   Dims idx(r, 0);
   for (std::size_t n = 0; n < total; ++n) {

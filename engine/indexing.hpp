@@ -25,9 +25,12 @@ struct ChunkPart {
   bool whole_chunk;  // covers every in-bounds element of the chunk
 };
 
+// An operation's parts, one per chunk: large blocks come from the block cache.
+using ChunkParts = std::vector<ChunkPart, CachedAllocator<ChunkPart>>;
+
 // All chunks `region` touches, in C order of their grid coordinates.
 // `region` must lie within `shape` and have no empty dimension.
-std::vector<ChunkPart> plan_chunks(const std::vector<std::uint64_t>& shape,
+ChunkParts plan_chunks(const std::vector<std::uint64_t>& shape,
                                    const std::vector<std::uint64_t>& chunk_shape, const Region& region);
 
 using codecs::all_equal;

@@ -14,6 +14,15 @@ namespace zarrcoro {
 struct NodeEntry;
 }
 
+// ZARRCORO_TEST_TSAN: defined in ThreadSanitizer builds (g++ or clang).
+#if defined(__SANITIZE_THREAD__)
+#define ZARRCORO_TEST_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define ZARRCORO_TEST_TSAN 1
+#endif
+#endif
+
 namespace zarrcoro::test {
 
 // The read-only `shared/` folder beside the checkout (fixtures, cases), or
@@ -56,6 +65,12 @@ double time_scale();
 inline std::chrono::milliseconds scaled(std::chrono::milliseconds budget) {
   return std::chrono::milliseconds(static_cast<std::int64_t>(static_cast<double>(budget.count()) * time_scale()));
 }
+
+#ifdef ZARRCORO_TEST_TSAN
+inline constexpr bool kThreadSanitizer = true;
+#else
+inline constexpr bool kThreadSanitizer = false;
+#endif
 
 // True if something accepts TCP connections on 127.0.0.1:port.
 bool port_answers(std::uint16_t port);

@@ -9,6 +9,7 @@
 #include <optional>
 #include <thread>
 
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -257,6 +258,39 @@ TEST_CASE("whole plain-copy chunks from a MemoryStore land in the output with no
     a.read_blocking({{5}, {18}}, as_writable(part));
     CHECK(part == std::vector<std::int32_t>(data.begin() + 5, data.begin() + 18));
   }
+}
+
+// An operation keeps a part and a task per chunk, hundreds of bytes each.
+// Allocated with plain new, a read of 65536 chunks after a write in the same
+// Runtime faulted those tables in afresh on every call (glibc handed their
+// pages back in between): 7,200 page faults a read, and 2.0-2.7 us per chunk
+// against 0.6 us once they come from the block cache.
+TEST_CASE("a repeated read of many chunks takes its per-chunk tables from the block cache and faults none in",
+          "[engine][regression]") {
+  if (!detail::block_cache_enabled() || test::kThreadSanitizer) {
+    WARN("SKIPPED: in this sanitizer build the allocator and its shadow memory fault pages of their own");
+    return;
+  }
+  Runtime rt({.codec_threads = 2});
+  constexpr std::uint64_t kChunks = 65536;
+  auto a = Array::create_blocking(rt, std::make_shared<MemoryStore>(), "",
+                                  make_meta({kChunks * 4}, {4}, DataTypeKind::int32,
+                                            codecs_json(R"([{"name":"bytes","configuration":{"endian":"little"}}])")));
+  const auto data = iota_vec(kChunks * 4);
+  a.write_blocking(Region::all(a.shape()), as_bytes(data));
+  std::vector<std::int32_t> back(kChunks * 4);
+  a.read_blocking(Region::all(a.shape()), as_writable(back));  // the tables' blocks go to the cache
+  auto minor_faults = [] {
+    rusage u{};
+    ::getrusage(RUSAGE_SELF, &u);
+    return u.ru_minflt;
+  };
+  const long before = minor_faults();
+  for (int i = 0; i < 3; ++i) a.read_blocking(Region::all(a.shape()), as_writable(back));
+  const long faults = minor_faults() - before;
+  CHECK((back == data));  // not expanded: 262144 values
+  // The tables alone span over 25 MB (6,000 pages) per read.
+  CHECK(faults < 200);
 }
 
 TEST_CASE("the blocking API works from 8 threads at once", "[engine][invariant]") {

@@ -44,14 +44,6 @@ bool io_uring_works() {
   return true;
 }
 
-#if defined(__SANITIZE_THREAD__)  // g++
-#define ZARRCORO_TEST_TSAN 1
-#elif defined(__has_feature)  // clang
-#if __has_feature(thread_sanitizer)
-#define ZARRCORO_TEST_TSAN 1
-#endif
-#endif
-
 // The threads of this process other than the caller's, leaving out the
 // kernel's io_uring workers (which hold no lock of ours) and, under TSan,
 // the sanitizer's own background thread (started with the first thread).
