@@ -206,7 +206,8 @@ class Store {
                                  std::span<ReadNow> out);
 
   // True if read() and try_read_now() fill ReadOptions::into (see there);
-  // the same for the store's lifetime. Default: false; FilesystemStore: true.
+  // the same for the store's lifetime. Default: false; FilesystemStore and
+  // MemoryStore: true.
   virtual bool reads_into() const { return false; }
 
   // The executor this store's I/O runs on (the io_context it was made
