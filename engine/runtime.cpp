@@ -2,6 +2,7 @@
 #include <zarrcoro/runtime.hpp>
 
 #include <pthread.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -115,23 +116,31 @@ struct Runtime::Impl {
     }
   }
 
-  // Names every pool thread "zarrcoro-codec" and lowers its priority by
-  // codec_nice. One blocking task per pool thread: each waits until all have
-  // started, so each lands on its own thread.
+  // Names every pool thread "zarrcoro-codec", lowers its priority by
+  // codec_nice and puts it under SCHED_IDLE (codec_sched_idle). One blocking
+  // task per pool thread: each waits until all have started, so each lands
+  // on its own thread.
   void setup_codec_threads() {
     auto started = std::make_shared<std::latch>(threads);  // shared: a task may still be waking when we return
     const int nice = options.codec_nice;
+    const bool idle = options.codec_sched_idle;
     for (unsigned i = 0; i < threads; ++i)
-      asio::post(pool, [started, nice] {
+      asio::post(pool, [started, nice, idle] {
         ::pthread_setname_np(::pthread_self(), "zarrcoro-codec");
         const auto tid = static_cast<id_t>(::gettid());
         errno = 0;
         const int current = nice > 0 ? ::getpriority(PRIO_PROCESS, tid) : 0;
-        static std::atomic<bool> warned{false};
+        static std::atomic<bool> warned_nice{false}, warned_idle{false};
         if (nice > 0 && ((current == -1 && errno != 0) ||
                          ::setpriority(PRIO_PROCESS, tid, std::min(19, current + nice)) != 0) &&
-            !warned.exchange(true))
+            !warned_nice.exchange(true))
           spdlog::warn("zarrcoro: cannot lower the codec threads' priority: {}", std::strerror(errno));
+        const sched_param none{};
+        if (idle) {
+          const int err = ::pthread_setschedparam(::pthread_self(), SCHED_IDLE, &none);
+          if (err != 0 && !warned_idle.exchange(true))
+            spdlog::warn("zarrcoro: cannot run the codec threads under SCHED_IDLE: {}", std::strerror(err));
+        }
         started->arrive_and_wait();
       });
     started->wait();

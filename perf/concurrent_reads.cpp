@@ -90,8 +90,9 @@ constexpr DispatchMode kDispatchModes[] = {
 
 // FilesystemStore options for the measured runs (--no-io-uring).
 FilesystemOptions g_fs_options;
-// --io-time-slice-us, for every Runtime the benchmark makes.
+// --io-time-slice-us and --no-codec-sched-idle, for every Runtime the benchmark makes.
 std::chrono::microseconds g_io_time_slice = RuntimeOptions{}.io_time_slice;
+bool g_codec_sched_idle = RuntimeOptions{}.codec_sched_idle;
 
 // The store holding the array: a directory (FilesystemStore with the measured
 // options), or a URL such as s3://bucket/prefix or http://host/path.
@@ -240,6 +241,7 @@ std::optional<Bytes> read_file(const fs::path& p) {
 Dataset load_dataset(std::string name, const fs::path& root, std::uint64_t max_sample = 1024) {
   RuntimeOptions o;
   o.io_time_slice = g_io_time_slice;
+  o.codec_sched_idle = g_codec_sched_idle;
   o.codec_threads = 1;
   o.lag_probe_interval = 0us;
   Runtime rt(o);
@@ -709,6 +711,7 @@ std::pair<double, std::vector<Overhead>> measure_overhead(unsigned codec_threads
   for (const Mode& mode : modes) {
     RuntimeOptions o;
     o.io_time_slice = g_io_time_slice;
+    o.codec_sched_idle = g_codec_sched_idle;
     o.codec_threads = codec_threads;
     o.dispatch = mode.dispatch;
     o.inline_bytes = mode.inline_bytes;
@@ -780,6 +783,7 @@ json run_big(const fs::path& cache_dir, unsigned codec_threads) {
 
   RuntimeOptions o;
   o.io_time_slice = g_io_time_slice;
+  o.codec_sched_idle = g_codec_sched_idle;
   o.codec_threads = codec_threads;
   Runtime rt(o);
   auto store = std::make_shared<FilesystemStore>(rt.io_executor(), dir, g_fs_options);
@@ -875,8 +879,8 @@ int run(const Options& opt) {
   const fs::path cache_dir =
       opt.cache_dir.empty() ? fs::temp_directory_path() / "zarrcoro-perf-cache" : fs::path(opt.cache_dir);
 
-  std::printf("concurrent_reads: %u codec threads (pool), 1 I/O thread, %u hardware threads\n", threads,
-              std::thread::hardware_concurrency());
+  std::printf("concurrent_reads: %u codec threads (pool, %s), 1 I/O thread, %u hardware threads\n", threads,
+              g_codec_sched_idle ? "SCHED_IDLE" : "nice 10", std::thread::hardware_concurrency());
   std::printf("  blocking API: R threads calling Array::read_blocking, one chunk per call\n");
   std::printf("  async API:    R coroutines co_awaiting Array::read, one chunk per call, on a separate\n"
               "                client io_context run by one thread (not the runtime's io_context)\n");
@@ -938,6 +942,7 @@ int run(const Options& opt) {
     for (const auto& d : dispatches) {
       RuntimeOptions o;
       o.io_time_slice = g_io_time_slice;
+      o.codec_sched_idle = g_codec_sched_idle;
       o.codec_threads = threads;
       o.dispatch = d.value;
       o.lag_probe_interval = std::chrono::microseconds(opt.lag_probe_us);
@@ -1056,6 +1061,8 @@ int main(int argc, char** argv) {
   app.add_option("--io-time-slice-us", io_time_slice_us,
                  "Time slice of the I/O thread in microseconds (RuntimeOptions::io_time_slice; 0 = kernel default)")
       ->check(CLI::Range(0L, 100000L));
+  app.add_flag("!--no-codec-sched-idle", g_codec_sched_idle,
+               "Codec threads keep the normal policy (RuntimeOptions::codec_sched_idle = false; nice 10 only)");
   app.add_option("--json", opt.json_path, "Write one JSON object per configuration run to FILE");
   app.add_flag("--big", opt.big, "Also read a 1 GiB zstd array whole into one buffer (generated once, cached)");
   app.add_flag("--big-only", opt.big_only, "Run only the --big test");

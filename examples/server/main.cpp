@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
   server::ServerOptions opt;
   unsigned io_threads = 1, codec_threads = 0;
   int codec_nice = 10;
+  bool codec_sched_idle = true;
   unsigned io_time_slice_us = 100;
   double metadata_s = 1, slice_queue_s = 10, header_s = 10, body_s = 10, idle_s = 30, write_s = 30, shutdown_s = 10;
   std::uint64_t max_response_mib = 256, slice_memory_mib = 1024;
@@ -51,6 +52,8 @@ int main(int argc, char** argv) {
   app.add_option("--codec-nice", codec_nice, "Niceness added to codec threads (0: none)")
       ->check(CLI::Range(0, 19))
       ->capture_default_str();
+  app.add_flag("!--no-codec-sched-idle", codec_sched_idle,
+               "Leave the codec threads' scheduling policy alone (default: SCHED_IDLE, so that they never delay the I/O loop)");
   app.add_option("--io-time-slice-us", io_time_slice_us,
                  "Time slice asked of the kernel for each I/O thread, us (0: the kernel's default; Linux >= 6.12)")
       ->check(CLI::Range(0u, 100000u))
@@ -104,6 +107,7 @@ int main(int argc, char** argv) {
     asio::io_context io(static_cast<int>(io_threads));
     RuntimeOptions ro;
     ro.codec_nice = codec_nice;
+    ro.codec_sched_idle = codec_sched_idle;
     ro.codec_threads = codec_threads;
     Runtime rt(io, ro);
     server::Server srv(rt, opt);

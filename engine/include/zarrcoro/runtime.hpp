@@ -59,6 +59,17 @@ struct RuntimeOptions {
   // thread), so that when decoding saturates the cores the kernel still runs
   // the I/O threads at once: the loop stays responsive. 0 leaves them alone.
   int codec_nice = 10;
+  // Runs every codec pool thread under Linux's SCHED_IDLE policy: it gets a
+  // core only when no thread of a normal policy wants one. A waking I/O
+  // thread then preempts it at once, and an I/O thread that is runnable (say
+  // after a reader thread it woke preempted it) is always picked before it.
+  // Under nice alone the kernel may pick the codec thread first and leave the
+  // I/O thread waiting until the next scheduler tick (4 ms at HZ=250).
+  // The cost: while threads of this process (or its autogroup) of a normal
+  // policy keep every core busy, codec work all but stops. Best effort: a
+  // refusal is logged once, and codec_nice still applies. false leaves the
+  // policy alone.
+  bool codec_sched_idle = true;
   // Time slice asked of the kernel for each owned I/O thread (see
   // set_thread_time_slice below), so that an I/O thread waking on a core busy
   // with codec work preempts it at once instead of waiting out the codec
