@@ -135,8 +135,8 @@ struct Runtime::Impl {
                          ::setpriority(PRIO_PROCESS, tid, std::min(19, current + nice)) != 0) &&
             !warned_nice.exchange(true))
           spdlog::warn("zarrcoro: cannot lower the codec threads' priority: {}", std::strerror(errno));
-        const sched_param none{};
         if (idle) {
+          const sched_param none{};
           const int err = ::pthread_setschedparam(::pthread_self(), SCHED_IDLE, &none);
           if (err != 0 && !warned_idle.exchange(true))
             spdlog::warn("zarrcoro: cannot run the codec threads under SCHED_IDLE: {}", std::strerror(err));

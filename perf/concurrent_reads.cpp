@@ -879,8 +879,9 @@ int run(const Options& opt) {
   const fs::path cache_dir =
       opt.cache_dir.empty() ? fs::temp_directory_path() / "zarrcoro-perf-cache" : fs::path(opt.cache_dir);
 
-  std::printf("concurrent_reads: %u codec threads (pool, %s), 1 I/O thread, %u hardware threads\n", threads,
-              g_codec_sched_idle ? "SCHED_IDLE" : "nice 10", std::thread::hardware_concurrency());
+  std::printf("concurrent_reads: %u codec threads (pool, %s nice %d), 1 I/O thread, %u hardware threads\n",
+              threads, g_codec_sched_idle ? "SCHED_IDLE," : "normal policy,", RuntimeOptions{}.codec_nice,
+              std::thread::hardware_concurrency());
   std::printf("  blocking API: R threads calling Array::read_blocking, one chunk per call\n");
   std::printf("  async API:    R coroutines co_awaiting Array::read, one chunk per call, on a separate\n"
               "                client io_context run by one thread (not the runtime's io_context)\n");

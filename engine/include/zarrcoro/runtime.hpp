@@ -56,19 +56,28 @@ struct RuntimeOptions {
   unsigned io_threads = 1;     // threads running the owned io_context
   unsigned codec_threads = 0;  // codec pool size; 0 = std::thread::hardware_concurrency()
   // Niceness added to every codec pool thread (Linux setpriority per
-  // thread), so that when decoding saturates the cores the kernel still runs
-  // the I/O threads at once: the loop stays responsive. 0 leaves them alone.
+  // thread), so that when decoding saturates the cores the kernel favours
+  // the I/O threads. Under SCHED_IDLE (below) the nice value has no effect;
+  // it matters when that is off or refused. 0 leaves them alone.
   int codec_nice = 10;
-  // Runs every codec pool thread under Linux's SCHED_IDLE policy: it gets a
-  // core only when no thread of a normal policy wants one. A waking I/O
-  // thread then preempts it at once, and an I/O thread that is runnable (say
-  // after a reader thread it woke preempted it) is always picked before it.
-  // Under nice alone the kernel may pick the codec thread first and leave the
-  // I/O thread waiting until the next scheduler tick (4 ms at HZ=250).
-  // The cost: while threads of this process (or its autogroup) of a normal
-  // policy keep every core busy, codec work all but stops. Best effort: a
-  // refusal is logged once, and codec_nice still applies. false leaves the
-  // policy alone.
+  // Runs every codec pool thread under Linux's SCHED_IDLE policy, the
+  // lowest weight the fair scheduler has (3, against 1024 at nice 0 and 110
+  // at nice 10). A thread of the normal policy that wakes preempts a codec
+  // thread at once, and one that is runnable is in practice picked before
+  // it, so an I/O thread preempted by, say, a reader thread it woke does not
+  // then wait until the next scheduler tick (4 ms at HZ=250) behind a codec
+  // thread, as it can under nice alone.
+  // The cost, on Linux only:
+  //  - while threads of a normal policy in the same cgroup (or autogroup:
+  //    the same terminal session) keep every core busy, codec work all but
+  //    stops, and the reads waiting on it with it;
+  //  - a codec thread holding a lock the I/O thread then needs (Asio's
+  //    scheduler mutex, while posting a batch's completion) resumes only
+  //    when such a core frees up;
+  //  - work the caller posts to codec_executor(), and threads it starts
+  //    there, run under SCHED_IDLE too.
+  // Best effort: a refusal (some sandboxes) is logged once, and codec_nice
+  // still applies. false leaves the policy alone.
   bool codec_sched_idle = true;
   // Time slice asked of the kernel for each owned I/O thread (see
   // set_thread_time_slice below), so that an I/O thread waking on a core busy
