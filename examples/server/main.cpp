@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 19))
       ->capture_default_str();
   app.add_flag("!--no-codec-sched-idle", codec_sched_idle,
-               "Leave the codec threads' scheduling policy alone (default: SCHED_IDLE, so that they never delay the I/O loop)");
+               "Leave the codec threads' scheduling policy alone (default: SCHED_IDLE, so that a runnable I/O loop is picked before them)");
   app.add_option("--io-time-slice-us", io_time_slice_us,
                  "Time slice asked of the kernel for each I/O thread, us (0: the kernel's default; Linux >= 6.12)")
       ->check(CLI::Range(0u, 100000u))
