@@ -579,7 +579,7 @@ TEST_CASE("the I/O thread asks for a short time slice, so that it preempts codec
 // codec thread ahead of the runnable I/O thread and ran it to the next tick
 // (4 ms at HZ=250). perf sched timehist: the I/O thread runnable for 4.2 ms
 // while codec threads ran on both cores.
-TEST_CASE("codec threads run under SCHED_IDLE, so that a runnable I/O thread is always picked before them",
+TEST_CASE("codec threads run under SCHED_IDLE, so that a runnable I/O thread is picked before them",
           "[engine][regression]") {
   CHECK(RuntimeOptions{}.codec_sched_idle);  // the default
   const auto here = own_sched_attr();

@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
   app.add_option("--listen", opt.listen, "HOST:PORT to listen on (port 0: any free port)")->capture_default_str();
   app.add_option("--io-threads", io_threads, "Threads running the I/O loop")->check(CLI::Range(1u, 256u))->capture_default_str();
   app.add_option("--codec-threads", codec_threads, "Codec pool threads (0: one per core)")->capture_default_str();
-  app.add_option("--codec-nice", codec_nice, "Niceness added to codec threads (0: none)")
+  app.add_option("--codec-nice", codec_nice, "Niceness added to codec threads (0: none; no effect under SCHED_IDLE, see --no-codec-sched-idle)")
       ->check(CLI::Range(0, 19))
       ->capture_default_str();
   app.add_flag("!--no-codec-sched-idle", codec_sched_idle,
