@@ -5,7 +5,10 @@
 // write_blocking and read with one read_blocking (one default Runtime), beside
 // the raw limit on the same files (a plain loop of open/pread/close, or
 // open/write/close/rename of a temporary file, on 1 and on 2 threads, no
-// codec) and, for v2, beside zarr-python 2 (perf/disk_io_zarr_python.py run
+// codec) and, for zstd, beside the same loops with the codec in them (each
+// file's size by fstat, then ZSTD_decompressDCtx into the output; writes
+// compress with ZSTD_compressCCtx first): the limit for a compressed layout,
+// which the raw one is not. For v2, beside zarr-python 2 (perf/disk_io_zarr_python.py run
 // with /usr/bin/python3 on the same directory). Minimum over --rounds
 // rounds, each of one write and --reads reads (every reader alike).
 // Every zarrcoro read is checked against 0..999999: exit status 1 otherwise.
@@ -30,8 +33,11 @@
 #include <thread>
 #include <vector>
 
+#include <sys/stat.h>
+
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
+#include <zstd.h>
 
 #include <zarrcoro/array.hpp>
 #include <zarrcoro/runtime.hpp>
@@ -55,6 +61,7 @@ struct Layout {
   int zarr_format;
   std::uint64_t chunk;  // elements per stored file (a shard for the sharded layout)
   const char* codecs;
+  int zstd_level = 0;  // > 0: [bytes, zstd(level)], measured against the raw loops with zstd too
 };
 
 const Layout kLayouts[] = {
@@ -62,7 +69,8 @@ const Layout kLayouts[] = {
     {"v3 bytes", "v3_bytes", 3, kChunk, R"([{"name": "bytes", "configuration": {"endian": "little"}}])"},
     {"v3 zstd(1)", "v3_zstd", 3, kChunk,
      R"([{"name": "bytes", "configuration": {"endian": "little"}},
-         {"name": "zstd", "configuration": {"level": 1, "checksum": false}}])"},
+         {"name": "zstd", "configuration": {"level": 1, "checksum": false}}])",
+     1},
     {"v3 sharded", "v3_sharded", 3, 100 * kChunk,
      R"([{"name": "sharding_indexed", "configuration": {"chunk_shape": [1000],
           "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
@@ -78,6 +86,8 @@ struct StoredFile {
   std::string path, temp;
   Bytes data;
   std::size_t offset = 0;  // where the raw read puts it in the output buffer
+  std::size_t decoded_offset = 0, decoded_size = 0;  // where its decoded bytes go in the array's buffer
+  Bytes decoded;  // what the raw write with zstd compresses
 };
 
 void raw_read(const StoredFile& f, std::byte* out) {
@@ -93,6 +103,37 @@ void raw_write(const StoredFile& f) {
   if (fd < 0) fail_errno("open", f.temp);
   const ssize_t n = ::write(fd, f.data.data(), f.data.size());
   if (n != static_cast<ssize_t>(f.data.size()) || ::close(fd) != 0) fail_errno("write", f.temp);
+  if (::rename(f.temp.c_str(), f.path.c_str()) != 0) fail_errno("rename to", f.path);
+}
+
+// The raw read with zstd: the size by fstat (a compressed file's size is not
+// known in advance), pread, close, then one ZSTD_decompressDCtx into `out`.
+void raw_read_zstd(const StoredFile& f, std::byte* out) {
+  thread_local std::unique_ptr<ZSTD_DCtx, decltype(&ZSTD_freeDCtx)> dctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
+  thread_local Bytes buf;
+  const int fd = ::open(f.path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail_errno("open", f.path);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) fail_errno("fstat", f.path);
+  buf.resize(static_cast<std::size_t>(st.st_size));
+  const ssize_t n = ::pread(fd, buf.data(), buf.size(), 0);
+  ::close(fd);
+  if (n != static_cast<ssize_t>(buf.size())) fail_errno("short pread of", f.path);
+  const std::size_t d = ZSTD_decompressDCtx(dctx.get(), out, f.decoded_size, buf.data(), buf.size());
+  if (ZSTD_isError(d) || d != f.decoded_size) throw std::runtime_error("raw zstd decode failed: " + f.path);
+}
+
+// The raw write with zstd: ZSTD_compressCCtx, then as raw_write.
+void raw_write_zstd(const StoredFile& f, int level) {
+  thread_local std::unique_ptr<ZSTD_CCtx, decltype(&ZSTD_freeCCtx)> cctx(ZSTD_createCCtx(), ZSTD_freeCCtx);
+  thread_local Bytes buf;
+  buf.resize(ZSTD_compressBound(f.decoded.size()));
+  const std::size_t n = ZSTD_compressCCtx(cctx.get(), buf.data(), buf.size(), f.decoded.data(), f.decoded.size(), level);
+  if (ZSTD_isError(n)) throw std::runtime_error("raw zstd encode failed: " + f.path);
+  const int fd = ::open(f.temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail_errno("open", f.temp);
+  const ssize_t w = ::write(fd, buf.data(), n);
+  if (w != static_cast<ssize_t>(n) || ::close(fd) != 0) fail_errno("write", f.temp);
   if (::rename(f.temp.c_str(), f.path.c_str()) != 0) fail_errno("rename to", f.path);
 }
 
@@ -161,8 +202,13 @@ struct Row {
   std::string layout, op, codecs;
   std::size_t files = 0, stored_bytes = 0;
   double zarrcoro_ms = 1e300, raw1_ms = 1e300, raw2_ms = 1e300;
+  std::optional<double> codec1_ms, codec2_ms;  // the raw loops with the codec (zstd layouts)
   std::optional<double> zarr_python_ms;
   double limit_ms() const { return std::min(raw1_ms, raw2_ms); }
+  std::optional<double> codec_limit_ms() const {
+    if (!codec1_ms) return std::nullopt;
+    return std::min(*codec1_ms, *codec2_ms);
+  }
 };
 
 const char* meets(bool ok) { return ok ? "meets" : "misses"; }
@@ -246,8 +292,14 @@ int main(int argc, char** argv) {
       for (std::uint64_t k = 0; k < kN / l.chunk; ++k) {
         const std::uint64_t c[] = {k};
         const fs::path p = root / arr.chunk_key(c);
-        StoredFile f{p.string(), (p.parent_path() / ("." + p.filename().string() + ".rawtmp")).string(),
-                     Bytes(fs::file_size(p)), stored};
+        StoredFile f;
+        f.path = p.string();
+        f.temp = (p.parent_path() / ("." + p.filename().string() + ".rawtmp")).string();
+        f.data = Bytes(fs::file_size(p));
+        f.offset = stored;
+        f.decoded_size = l.chunk * sizeof(std::int32_t);
+        f.decoded_offset = k * f.decoded_size;
+        if (l.zstd_level > 0) f.decoded = to_bytes(in.subspan(f.decoded_offset, f.decoded_size));
         raw_read(f, f.data.data());
         stored += f.data.size();
         files.push_back(std::move(f));
@@ -278,6 +330,19 @@ int main(int argc, char** argv) {
             rbest = std::min(rbest, timed_split(files.size(), t, [&](std::size_t i) {
                                raw_read(files[i], raw_out.data() + files[i].offset);
                              }));
+          if (l.zstd_level == 0) continue;
+          auto& cw = t == 1 ? wr.codec1_ms : wr.codec2_ms;
+          auto& cr = t == 1 ? rd.codec1_ms : rd.codec2_ms;
+          const double cwt = timed_split(files.size(), t, [&](std::size_t i) { raw_write_zstd(files[i], l.zstd_level); });
+          cw = std::min(cw.value_or(1e300), cwt);
+          for (int k = 0; k < reads; ++k) {
+            std::memset(out.data(), 0xAB, out.size());
+            cr = std::min(cr.value_or(1e300), timed_split(files.size(), t, [&](std::size_t i) {
+                            raw_read_zstd(files[i], out.data() + files[i].decoded_offset);
+                          }));
+            if (std::memcmp(out.data(), in.data(), in.size()) != 0)
+              throw std::runtime_error(std::string("raw zstd loop read back wrong data: layout ") + l.name);
+          }
         }
       }
       verified_read();  // after the raw rewrites of the same bytes
@@ -299,13 +364,18 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  std::printf("\n%-11s %-5s %9s %8s %8s %8s %9s %-16s %9s %8s %-16s\n", "layout", "op", "zarrcoro", "raw 1t", "raw 2t",
-              "limit", "zc/limit", "target <=1.5x", "zarr-py", "zc/zp", "target <=0.25x");
+  std::printf("\n%-11s %-5s %9s %8s %8s %8s %9s %-16s %9s %8s %9s %8s %-16s\n", "layout", "op", "zarrcoro", "raw 1t",
+              "raw 2t", "limit", "zc/limit", "target <=1.5x", "raw+zstd", "zc/r+z", "zarr-py", "zc/zp", "target <=0.25x");
   json records = json::array();
   for (const Row& r : rows) {
     const double ratio = r.zarrcoro_ms / r.limit_ms();
     const bool ok = ratio <= kLimitTarget;
-    char zp[16] = "n/a", zpr[16] = "", zpt[16] = "";
+    char zp[16] = "n/a", zpr[16] = "", zpt[16] = "", cl[16] = "-", clr[16] = "";
+    const std::optional<double> codec_limit = r.codec_limit_ms();
+    if (codec_limit) {
+      std::snprintf(cl, sizeof cl, "%.2f", *codec_limit);
+      std::snprintf(clr, sizeof clr, "%.2f", r.zarrcoro_ms / *codec_limit);
+    }
     std::optional<double> zp_ratio;
     if (r.zarr_python_ms) {
       zp_ratio = r.zarrcoro_ms / *r.zarr_python_ms;
@@ -313,8 +383,9 @@ int main(int argc, char** argv) {
       std::snprintf(zpr, sizeof zpr, "%.3f", *zp_ratio);
       if (r.op == "read") std::snprintf(zpt, sizeof zpt, "%s", meets(*zp_ratio <= kZarrPythonTarget));
     }
-    std::printf("%-11s %-5s %9.2f %8.2f %8.2f %8.2f %9.2f %-16s %9s %8s %-16s\n", r.layout.c_str(), r.op.c_str(),
-                r.zarrcoro_ms, r.raw1_ms, r.raw2_ms, r.limit_ms(), ratio, meets(ok), zp, zpr, zpt);
+    std::printf("%-11s %-5s %9.2f %8.2f %8.2f %8.2f %9.2f %-16s %9s %8s %9s %8s %-16s\n", r.layout.c_str(),
+                r.op.c_str(), r.zarrcoro_ms, r.raw1_ms, r.raw2_ms, r.limit_ms(), ratio, meets(ok), cl, clr, zp, zpr,
+                zpt);
     json j = {{"benchmark", "disk_io"},
               {"layout", r.layout},
               {"op", r.op},
@@ -332,9 +403,19 @@ int main(int argc, char** argv) {
               {"limit_ms", r.limit_ms()},
               {"ratio_to_limit", ratio},
               {"meets_limit_target", ok},
+              {"raw_zstd_1_thread_ms", nullptr},
+              {"raw_zstd_2_threads_ms", nullptr},
+              {"raw_zstd_limit_ms", nullptr},
+              {"ratio_to_raw_zstd_limit", nullptr},
               {"zarr_python_ms", nullptr},
               {"ratio_to_zarr_python", nullptr},
               {"data_ok", true}};
+    if (codec_limit) {
+      j["raw_zstd_1_thread_ms"] = *r.codec1_ms;
+      j["raw_zstd_2_threads_ms"] = *r.codec2_ms;
+      j["raw_zstd_limit_ms"] = *codec_limit;
+      j["ratio_to_raw_zstd_limit"] = r.zarrcoro_ms / *codec_limit;
+    }
     if (r.zarr_python_ms) {
       j["zarr_python_ms"] = *r.zarr_python_ms;
       j["ratio_to_zarr_python"] = *zp_ratio;
@@ -343,7 +424,8 @@ int main(int argc, char** argv) {
     records.push_back(std::move(j));
   }
   std::printf("targets (issue): reads and writes within %.1fx the raw limit; reads at most %.2fx zarr-python's time\n"
-              "(the limit has no codec: for zstd(1) the ratio includes (de)compression)\n",
+              "(the limit has no codec: for zstd(1) the ratio includes (de)compression; raw+zstd: the same loops\n"
+              " with fstat and ZSTD_decompressDCtx, or ZSTD_compressCCtx, per file, the better of 1 and 2 threads)\n",
               kLimitTarget, kZarrPythonTarget);
   std::printf("data read back equals 0..999999 in every layout: yes; load average at end: %s\n",
               load_average().c_str());
