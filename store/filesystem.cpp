@@ -796,26 +796,29 @@ bool FilesystemStore::read_cached(const std::string& key, int fd, const ByteExte
   return true;
 }
 
-// A whole value read straight into `into` with open, one read and close
-// (no fstat: no generation), when it is in the page cache and exactly
-// into.size() bytes long; a missing key or a directory reads as absent.
-// Nullopt when this cannot tell (another size, not cached, an error, not a
-// file one can pread): the usual path then decides and reports. The read
-// asks for one byte more than `into` holds: getting exactly into.size()
-// bytes means the end of the file, unless the size is a multiple of the
-// page size, where a read without waiting may also stop at a page that is
-// not cached: one more read of that byte must then find the end.
-std::optional<ReadResult> FilesystemStore::read_into_now(const std::string& key, MutableByteSpan into) const {
-  ReadResult result;
+namespace {
+// read_whole_now's size of a missing key or a directory.
+constexpr std::size_t kNoValue = static_cast<std::size_t>(-1);
+}  // namespace
+
+// A whole value read into `buf` with open, one read and close (no fstat: no
+// generation), when it is in the page cache and at most buf.size() bytes
+// long: its size, or kNoValue for a missing key or a directory. Nullopt
+// when this cannot tell (longer, not cached, an error, not a file one can
+// pread): the usual path then decides and reports. The read asks for one
+// byte more than `buf` holds: getting fewer means the end of the file,
+// unless the count is a multiple of the page size, where a read without
+// waiting may also stop at a page that is not cached: one more read of the
+// next byte must then find the end.
+std::optional<std::size_t> FilesystemStore::read_whole_now(const std::string& key, MutableByteSpan buf) const {
   const int fd = open_beneath(key, key, O_RDONLY | O_NONBLOCK);
   if (fd < 0) {
     if (errno != ENOENT && errno != ENOTDIR) return std::nullopt;
-    result.generation = Generation::absent();
-    return result;
+    return kNoValue;
   }
   FdGuard guard{fd};
   std::byte beyond{};
-  iovec iov[2] = {{into.data(), into.size()}, {&beyond, 1}};
+  iovec iov[2] = {{buf.data(), buf.size()}, {&beyond, 1}};
   auto read_at = [fd](iovec* v, int n, std::uint64_t at) {
     ssize_t got;
     do got = ::preadv2(fd, v, n, static_cast<off_t>(at), RWF_NOWAIT);
@@ -823,28 +826,49 @@ std::optional<ReadResult> FilesystemStore::read_into_now(const std::string& key,
     return got;
   };
   const ssize_t n = read_at(iov, 2, 0);
-  if (n < 0 && errno == EISDIR) {
-    result.generation = Generation::absent();
-    return result;
-  }
-  if (n < 0 || static_cast<std::size_t>(n) != into.size()) return std::nullopt;
+  if (n < 0 && errno == EISDIR) return kNoValue;
+  if (n < 0 || static_cast<std::size_t>(n) > buf.size()) return std::nullopt;
   static const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-  if (into.size() % page == 0 && read_at(iov + 1, 1, into.size()) != 0) return std::nullopt;
-  result.value.emplace();
-  result.in_place = true;
-  return result;
+  const auto size = static_cast<std::size_t>(n);
+  if (size % page == 0 && read_at(iov + 1, 1, size) != 0) return std::nullopt;
+  return size;
 }
 
 // With io_uring only (else every operation goes to the pool): open, fstat,
-// read_cached, close; without the fstat (read_into_now) for a whole value
-// that fits ReadOptions::into when the caller needs no generation.
+// read_cached, close; without the fstat (read_whole_now) for a whole value
+// that fits ReadOptions::into, or size_hint, when the caller needs no
+// generation.
 std::optional<ReadResult> FilesystemStore::try_read_now(const std::string& key, const ReadOptions& options) {
   validate_key(key);
   if (!uses_io_uring()) return std::nullopt;
-  if (!options.need_generation && options.if_equal.unknown() && options.range.kind == ByteRange::Kind::full &&
-      !options.into.empty() && options.into.size() <= kReadNowBytes && nowait_reads_.load(std::memory_order_relaxed))
-    if (auto r = read_into_now(key, options.into)) return r;
   ReadResult result;
+  if (!options.need_generation && options.if_equal.unknown() && options.range.kind == ByteRange::Kind::full &&
+      nowait_reads_.load(std::memory_order_relaxed)) {
+    // The whole value without its size first: straight into `into` when it
+    // is exactly that long, else into a buffer of size_hint bytes.
+    if (!options.into.empty() && options.into.size() <= kReadNowBytes) {
+      if (const auto n = read_whole_now(key, options.into); n && (*n == kNoValue || *n == options.into.size())) {
+        if (*n == kNoValue) {
+          result.generation = Generation::absent();
+        } else {
+          result.value.emplace();
+          result.in_place = true;
+        }
+        return result;
+      }
+    } else if (options.size_hint > 0 && options.size_hint <= kReadNowBytes) {
+      Bytes value(options.size_hint);
+      if (const auto n = read_whole_now(key, value)) {
+        if (*n == kNoValue) {
+          result.generation = Generation::absent();
+        } else {
+          value.resize(*n);
+          result.value = std::move(value);
+        }
+        return result;
+      }
+    }
+  }
   std::uint64_t size = 0;
   const int fd = open_checked(key, options, size, result);
   if (fd < 0) return result;

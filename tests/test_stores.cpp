@@ -740,6 +740,87 @@ TEST_CASE("FilesystemStore: a read into a buffer of the value's size needing no 
   if (status) CHECK(*status == 0);
 }
 
+TEST_CASE("FilesystemStore: a whole read with a size hint needing no generation costs open, read and close, and a "
+          "value longer than the hint still reads whole",
+          "[stores][filesystem]") {
+  test::TempDir tmp("stores");
+  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  // Sizes around a page (where a read without waiting may stop short) and a
+  // few chunk sizes; each file's bytes depend on its size.
+  const std::size_t sizes[] = {1, 4000, page - 1, page, page + 1, 2 * page, 3 * page + 5};
+  auto value = [](std::size_t n) {
+    Bytes b(n);
+    for (std::size_t i = 0; i < n; ++i) b[i] = std::byte(i * 7 + n);
+    return b;
+  };
+  std::vector<std::string> keys;
+  {
+    StoreHarness h(filesystem_factory(tmp.path, kUring));
+    auto* store = store_answering_now(h);
+    if (!store) return;
+    for (std::size_t n : sizes) {
+      keys.push_back("v/" + std::to_string(n));
+      h.set(keys.back(), value(n));
+    }
+    keys.push_back("nope");  // absent
+    // A hint of the exact size, one byte less or more, and about twice the
+    // size: every value reads whole, its generation known only where the
+    // hint fell short (the usual path, with fstat).
+    for (std::size_t factor : {1, 2}) {
+      for (int delta : {0, -1, 1}) {
+        INFO("hint = " << factor << " x size + " << delta);
+        std::vector<ReadOptions> options(keys.size());
+        for (std::size_t k = 0; k < keys.size(); ++k) {
+          const std::size_t n = k < std::size(sizes) ? sizes[k] : 8;
+          options[k].size_hint = factor * n + delta;
+          options[k].need_generation = false;
+        }
+        std::vector<ReadNow> out(keys.size());
+        store->try_read_now_many(keys, options, out);
+        for (std::size_t k = 0; k < keys.size(); ++k) {
+          INFO(keys[k] << ", hint " << options[k].size_hint);
+          REQUIRE_FALSE(out[k].error);
+          REQUIRE(out[k].result);
+          const ReadResult& r = *out[k].result;
+          if (k >= std::size(sizes)) {
+            CHECK_FALSE(r.value);
+            CHECK(r.generation == Generation::absent());
+            continue;
+          }
+          REQUIRE(r.value);
+          CHECK_FALSE(r.in_place);
+          CHECK(*r.value == value(sizes[k]));
+          CHECK(r.generation.unknown() == (options[k].size_hint >= sizes[k]));
+        }
+      }
+    }
+  }  // the store's threads end here: the child below is forked without them
+  // With every stat system call refused (seccomp, in a child process, all
+  // threads), values within their hint and the absent key still answer:
+  // open, read and close only.
+  std::vector<ReadOptions> options(keys.size());
+  for (std::size_t k = 0; k < keys.size(); ++k) {
+    options[k].size_hint = k < std::size(sizes) ? sizes[k] + 100 : 8;
+    options[k].need_generation = false;
+  }
+  const auto status = in_child([&] {
+    boost::asio::io_context io;
+    FilesystemStore store(io.get_executor(), tmp.path, kUring);
+    if (!store.uses_io_uring()) return 19;
+    if (!refuse_syscalls({__NR_newfstatat, __NR_fstat, __NR_statx})) return kChildSkipped;
+    std::vector<ReadNow> out(keys.size());
+    store.try_read_now_many(keys, options, out);
+    for (std::size_t k = 0; k < keys.size(); ++k) {
+      if (out[k].error || !out[k].result) return 20 + static_cast<int>(k);
+      const ReadResult& r = *out[k].result;
+      const bool ok = k < std::size(sizes) ? r.value && *r.value == value(sizes[k]) : !r.value;
+      if (!ok) return 40 + static_cast<int>(k);
+    }
+    return 0;
+  });
+  if (status) CHECK(*status == 0);
+}
+
 TEST_CASE("FilesystemStore: try_read_now_many answers every page-cached small file of a large batch with its bytes",
           "[stores][filesystem]") {
   test::TempDir tmp("stores");

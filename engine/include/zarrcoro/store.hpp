@@ -97,6 +97,13 @@ struct ReadOptions {
   // (FilesystemStore answers a small page-cached value that fits `into`
   // with open, read and close: no fstat).
   bool need_generation = true;
+  // The value's likely size in bytes when the caller knows it (an array's
+  // chunk: its decoded size plus a margin), 0 when not. Only a hint: a
+  // store may read up to this many bytes (and one more) without first
+  // asking for the size, and a wrong hint costs time, never data
+  // (FilesystemStore answers a whole small page-cached value read without
+  // need_generation with open, read and close: no fstat).
+  std::size_t size_hint = 0;
 };
 
 struct ReadResult {

@@ -132,8 +132,11 @@ class FilesystemStore : public Store {
   // blocking fallback pool, nullopt. A whole value read into
   // ReadOptions::into without need_generation costs open, read and close
   // (no fstat; a value whose size is a multiple of the page size, one read
-  // more); the generation is then unknown. (Such a read may read a
-  // non-regular file inside the root before the usual path refuses it.)
+  // more); the generation is then unknown. So does a whole value of at most
+  // ReadOptions::size_hint bytes without need_generation (a longer one
+  // costs one open, read and close more, then the usual path). (Such a read
+  // may read a non-regular file inside the root before the usual path
+  // refuses it.)
   std::optional<ReadResult> try_read_now(const std::string& key, const ReadOptions& options) override;
   // try_read_now of many keys, shared between the calling thread and one
   // thread of the store's pool (both take the next key in turn: the caller
@@ -197,7 +200,7 @@ class FilesystemStore : public Store {
   Generation generation_at(const std::string& key, int dir_fd, const std::string& name) const;
   static bool openat2_works();
   bool read_cached(const std::string& key, int fd, const ByteExtent& e, MutableByteSpan into, ReadResult& result) const;
-  std::optional<ReadResult> read_into_now(const std::string& key, MutableByteSpan into) const;
+  std::optional<std::size_t> read_whole_now(const std::string& key, MutableByteSpan buf) const;
   void read_blocking(const std::string& key, int fd, const ByteExtent& e, MutableByteSpan into,
                      ReadResult& result) const;
   void create_temp(Temp& temp) const;
