@@ -14,6 +14,7 @@
 // Every zarrcoro read is checked against 0..999999: exit status 1 otherwise.
 //
 //   build/perf/disk_io [--rounds N] [--reads N] [--dir PARENT] [--json FILE] [--python EXE]
+//                      [--no-codec-sched-idle]
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -217,6 +218,7 @@ const char* meets(bool ok) { return ok ? "meets" : "misses"; }
 
 int main(int argc, char** argv) {
   int rounds = 7, reads = 5;
+  bool codec_sched_idle = true;
   std::string parent = fs::temp_directory_path().string(), json_path = "disk_io.json";
   std::string python = "/usr/bin/python3", script = ZARRCORO_PERF_SOURCE_DIR "/disk_io_zarr_python.py";
   CLI::App app{"zarrcoro disk_io: 1e6 int32 in 1000 chunks on the filesystem store, against the raw file limit"};
@@ -229,6 +231,8 @@ int main(int argc, char** argv) {
   app.add_option("--json", json_path, "Write the results as JSON to FILE");
   app.add_option("--python", python, "Python with zarr 2 for the comparison");
   app.add_option("--zarr-python-script", script, "Path of disk_io_zarr_python.py");
+  app.add_flag("!--no-codec-sched-idle", codec_sched_idle,
+               "Codec threads keep the normal policy (RuntimeOptions::codec_sched_idle = false; nice 10 only)");
   CLI11_PARSE(app, argc, argv);
 
   std::string tmpl = (fs::path(parent) / "zarrcoro-disk-io-XXXXXX").string();
@@ -251,15 +255,17 @@ int main(int argc, char** argv) {
   Bytes out(in.size());
   std::vector<Row> rows;
   try {
-    Runtime rt;
+    RuntimeOptions ro;
+    ro.codec_sched_idle = codec_sched_idle;
+    Runtime rt(ro);
     std::printf("disk_io: %llu int32 in chunks of %llu (4 KB), FilesystemStore in %s, page cache warm; min of %d "
                 "rounds of one write and %d reads, ms\n",
                 static_cast<unsigned long long>(kN), static_cast<unsigned long long>(kChunk), dir.c_str(), rounds,
                 reads);
-    std::printf("  zarrcoro: one Runtime (default options: %u I/O thread, %u codec threads), one read_blocking or\n"
+    std::printf("  zarrcoro: one Runtime (default options: %u I/O thread, %u codec threads under %s), one read_blocking or\n"
                 "  write_blocking of the whole array; limit: the same files through plain open/pread/close (reads)\n"
                 "  or open(temp)/write/close/rename (writes), no codec, on 1 and 2 threads, the better of the two\n",
-                rt.options().io_threads, rt.codec_threads());
+                rt.options().io_threads, rt.codec_threads(), codec_sched_idle ? "SCHED_IDLE" : "nice 10");
     std::printf("  load average at start: %s\n\n", load_average().c_str());
     std::fflush(stdout);
 
@@ -395,6 +401,7 @@ int main(int argc, char** argv) {
               {"files", r.files},
               {"stored_bytes", r.stored_bytes},
               {"store", "filesystem"},
+              {"codec_sched_idle", codec_sched_idle},
               {"rounds", rounds},
               {"reads_per_round", reads},
               {"zarrcoro_ms", r.zarrcoro_ms},
