@@ -115,7 +115,12 @@ void raw_read_zstd(const StoredFile& f, std::byte* out) {
   const int fd = ::open(f.path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail_errno("open", f.path);
   struct stat st;
-  if (::fstat(fd, &st) != 0) fail_errno("fstat", f.path);
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    errno = err;
+    fail_errno("fstat", f.path);
+  }
   buf.resize(static_cast<std::size_t>(st.st_size));
   const ssize_t n = ::pread(fd, buf.data(), buf.size(), 0);
   ::close(fd);
@@ -262,10 +267,11 @@ int main(int argc, char** argv) {
                 "rounds of one write and %d reads, ms\n",
                 static_cast<unsigned long long>(kN), static_cast<unsigned long long>(kChunk), dir.c_str(), rounds,
                 reads);
-    std::printf("  zarrcoro: one Runtime (default options: %u I/O thread, %u codec threads under %s), one read_blocking or\n"
+    std::printf("  zarrcoro: one Runtime (%s options: %u I/O thread, %u codec threads under %s), one read_blocking or\n"
                 "  write_blocking of the whole array; limit: the same files through plain open/pread/close (reads)\n"
                 "  or open(temp)/write/close/rename (writes), no codec, on 1 and 2 threads, the better of the two\n",
-                rt.options().io_threads, rt.codec_threads(), codec_sched_idle ? "SCHED_IDLE" : "nice 10");
+                codec_sched_idle ? "default" : "default but codec_sched_idle", rt.options().io_threads,
+                rt.codec_threads(), codec_sched_idle ? "SCHED_IDLE" : "nice 10");
     std::printf("  load average at start: %s\n\n", load_average().c_str());
     std::fflush(stdout);
 

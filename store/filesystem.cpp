@@ -796,27 +796,32 @@ bool FilesystemStore::read_cached(const std::string& key, int fd, const ByteExte
   return true;
 }
 
-namespace {
-// read_whole_now's size of a missing key or a directory.
-constexpr std::size_t kNoValue = static_cast<std::size_t>(-1);
-}  // namespace
-
-// A whole value read into `buf` with open, one read and close (no fstat: no
-// generation), when it is in the page cache and at most buf.size() bytes
-// long: its size, or kNoValue for a missing key or a directory. Nullopt
-// when this cannot tell (longer, not cached, an error, not a file one can
-// pread): the usual path then decides and reports. The read asks for one
-// byte more than `buf` holds: getting fewer means the end of the file,
-// unless the count is a multiple of the page size, where a read without
-// waiting may also stop at a page that is not cached: one more read of the
-// next byte must then find the end.
-std::optional<std::size_t> FilesystemStore::read_whole_now(const std::string& key, MutableByteSpan buf) const {
+// A whole value read with open, one read and close (no fstat: no
+// generation), when it is in the page cache: straight into
+// ReadOptions::into when it is exactly that long (in_place), else, when it
+// is at most size_hint bytes, into a buffer of its own. A missing key, or
+// one the read calls a directory (EISDIR), reads as absent. Nullopt when
+// this cannot tell (longer, not cached, empty, an error, not a file one can
+// pread without waiting): the usual path then decides and reports. The
+// read asks for one byte more than its buffer holds: getting fewer means
+// the end of the file, unless the count is a multiple of the page size,
+// where a read without waiting may also stop at a page that is not cached:
+// one more read of the next byte must then find the end. (An empty read
+// goes the usual way too: a device such as /dev/null reads empty without
+// waiting, and only the usual path refuses what is not a regular file.)
+std::optional<ReadResult> FilesystemStore::read_whole_now(const std::string& key, const ReadOptions& options) const {
+  ReadResult result;
   const int fd = open_beneath(key, key, O_RDONLY | O_NONBLOCK);
   if (fd < 0) {
     if (errno != ENOENT && errno != ENOTDIR) return std::nullopt;
-    return kNoValue;
+    result.generation = Generation::absent();
+    return result;
   }
   FdGuard guard{fd};
+  // The buffer's capacity stays size_hint until the value is freed (the
+  // engine decodes it soon, within its in-flight byte budget).
+  Bytes own(options.into.empty() ? options.size_hint : 0);
+  const MutableByteSpan buf = options.into.empty() ? MutableByteSpan(own) : options.into;
   std::byte beyond{};
   iovec iov[2] = {{buf.data(), buf.size()}, {&beyond, 1}};
   auto read_at = [fd](iovec* v, int n, std::uint64_t at) {
@@ -826,12 +831,24 @@ std::optional<std::size_t> FilesystemStore::read_whole_now(const std::string& ke
     return got;
   };
   const ssize_t n = read_at(iov, 2, 0);
-  if (n < 0 && errno == EISDIR) return kNoValue;
-  if (n < 0 || static_cast<std::size_t>(n) > buf.size()) return std::nullopt;
+  if (n < 0 && errno == EISDIR) {
+    result.generation = Generation::absent();
+    return result;
+  }
+  if (n <= 0 || static_cast<std::size_t>(n) > buf.size()) return std::nullopt;
   static const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
   const auto size = static_cast<std::size_t>(n);
   if (size % page == 0 && read_at(iov + 1, 1, size) != 0) return std::nullopt;
-  return size;
+  if (options.into.empty()) {
+    own.resize(size);
+    result.value = std::move(own);
+  } else if (size == buf.size()) {
+    result.value.emplace();
+    result.in_place = true;
+  } else {  // shorter than `into`: a value of its own, so that the caller sees its size
+    result.value = Bytes(buf.begin(), buf.begin() + n);
+  }
+  return result;
 }
 
 // With io_uring only (else every operation goes to the pool): open, fstat,
@@ -841,34 +858,13 @@ std::optional<std::size_t> FilesystemStore::read_whole_now(const std::string& ke
 std::optional<ReadResult> FilesystemStore::try_read_now(const std::string& key, const ReadOptions& options) {
   validate_key(key);
   if (!uses_io_uring()) return std::nullopt;
-  ReadResult result;
   if (!options.need_generation && options.if_equal.unknown() && options.range.kind == ByteRange::Kind::full &&
       nowait_reads_.load(std::memory_order_relaxed)) {
-    // The whole value without its size first: straight into `into` when it
-    // is exactly that long, else into a buffer of size_hint bytes.
-    if (!options.into.empty() && options.into.size() <= kReadNowBytes) {
-      if (const auto n = read_whole_now(key, options.into); n && (*n == kNoValue || *n == options.into.size())) {
-        if (*n == kNoValue) {
-          result.generation = Generation::absent();
-        } else {
-          result.value.emplace();
-          result.in_place = true;
-        }
-        return result;
-      }
-    } else if (options.size_hint > 0 && options.size_hint <= kReadNowBytes) {
-      Bytes value(options.size_hint);
-      if (const auto n = read_whole_now(key, value)) {
-        if (*n == kNoValue) {
-          result.generation = Generation::absent();
-        } else {
-          value.resize(*n);
-          result.value = std::move(value);
-        }
-        return result;
-      }
-    }
+    const std::size_t most = options.into.empty() ? options.size_hint : options.into.size();
+    if (most > 0 && most <= kReadNowBytes)
+      if (auto r = read_whole_now(key, options)) return r;
   }
+  ReadResult result;
   std::uint64_t size = 0;
   const int fd = open_checked(key, options, size, result);
   if (fd < 0) return result;

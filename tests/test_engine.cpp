@@ -802,48 +802,50 @@ TEST_CASE("a write of thousands of chunks to the filesystem store completes (no 
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("compressed chunks stored longer than their size hint, or exactly a page long, read back exactly from "
-          "the filesystem store",
+TEST_CASE("compressed chunks stored a page, two pages and three pages long, and longer than their size hint, read "
+          "back exactly from the filesystem store",
           "[engine][regression]") {
   // The engine asks the filesystem store for compressed chunks with a size
   // hint (their decoded size and a margin), which it reads without an
-  // fstat. Chunks padded with a zstd skippable frame (RFC 8878; what a zstd
-  // decoder skips) to one page, two pages and more than the hint take each
-  // of its ends: a read that stops at a page (one more read must find the
-  // end) and a value longer than the hint (the usual path).
+  // fstat. Chunks of three pages decoded, padded with a zstd skippable
+  // frame (RFC 8878; what a zstd decoder skips) to one, two and three pages
+  // (within the hint: each read that ends at a page must find the end of
+  // the file with one more read) and to four pages and a byte (longer than
+  // the hint: the usual path).
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  const std::uint64_t chunk = 3 * page / sizeof(std::int32_t);
   Runtime rt({.codec_threads = 2});
   test::TempDir tmp("size-hint");
   auto store = std::make_shared<FilesystemStore>(rt.io_executor(), tmp.path);
   auto a = Array::create_blocking(rt, store, "",
-                                  make_meta({5 * 1024}, {1024}, DataTypeKind::int32,
+                                  make_meta({5 * chunk}, {chunk}, DataTypeKind::int32,
                                             codecs_json(R"([{"name":"bytes","configuration":{"endian":"little"}},
                                                             {"name":"zstd","configuration":{"level":1}}])")));
-  const auto data = iota_vec(4 * 1024);  // chunk 4 is never written: fill_value
-  a.write_blocking(Region::parse("0:4096", a.shape()), as_bytes(data));
-  auto pad_to = [&](int chunk, std::size_t size) {
-    const auto path = tmp.path / "c" / std::to_string(chunk);
-    std::string bytes;
-    {
-      std::ifstream in(path, std::ios::binary);
-      bytes.assign(std::istreambuf_iterator<char>(in), {});
-    }
+  std::vector<std::int32_t> data(4 * chunk);  // chunk 4 is never written: fill_value
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::int32_t>(i % 100 + i / chunk);
+  a.write_blocking(Region::parse("0:" + std::to_string(4 * chunk), a.shape()), as_bytes(data));
+  auto pad_to = [&](int c, std::size_t size) {
+    const auto path = tmp.path / "c" / std::to_string(c);
+    Bytes bytes = test::read_file(path);
     REQUIRE(bytes.size() + 8 <= size);
     const std::uint32_t magic = 0x184D2A50, payload = static_cast<std::uint32_t>(size - bytes.size() - 8);
-    for (int i = 0; i < 4; ++i) bytes += static_cast<char>(magic >> (8 * i));
-    for (int i = 0; i < 4; ++i) bytes += static_cast<char>(payload >> (8 * i));
-    bytes.append(payload, '\x5A');
-    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+    for (int i = 0; i < 4; ++i) bytes.push_back(std::byte(magic >> (8 * i)));
+    for (int i = 0; i < 4; ++i) bytes.push_back(std::byte(payload >> (8 * i)));
+    bytes.resize(size, std::byte{0x5A});
+    std::ofstream(path, std::ios::binary | std::ios::trunc)
+        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
     REQUIRE(std::filesystem::file_size(path) == size);
   };
-  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
   pad_to(0, page);
   pad_to(1, 2 * page);
-  pad_to(2, 64 * 1024 + 3);
-  std::vector<std::int32_t> back(5 * 1024, -1);
+  pad_to(2, 3 * page);
+  pad_to(3, 4 * page + 1);
+  std::vector<std::int32_t> back(5 * chunk, -1);
   for (int round = 0; round < 2; ++round) {  // the second with the files surely in the page cache
     a.read_blocking(Region::all(a.shape()), as_writable(back));
     CHECK(std::equal(data.begin(), data.end(), back.begin()));
-    CHECK(std::all_of(back.begin() + 4096, back.end(), [](std::int32_t v) { return v == 0; }));
+    CHECK(std::all_of(back.begin() + static_cast<std::ptrdiff_t>(4 * chunk), back.end(),
+                      [](std::int32_t v) { return v == 0; }));
   }
 }
 

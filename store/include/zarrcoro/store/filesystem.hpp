@@ -133,10 +133,12 @@ class FilesystemStore : public Store {
   // ReadOptions::into without need_generation costs open, read and close
   // (no fstat; a value whose size is a multiple of the page size, one read
   // more); the generation is then unknown. So does a whole value of at most
-  // ReadOptions::size_hint bytes without need_generation (a longer one
-  // costs one open, read and close more, then the usual path). (Such a read
-  // may read a non-regular file inside the root before the usual path
-  // refuses it.)
+  // ReadOptions::size_hint bytes (itself at most 256 KiB) without
+  // need_generation; a longer one costs one open, read and close more, then
+  // the usual path. An empty value goes the usual path. (Such a read may
+  // take a device file inside the root that reads without waiting, and
+  // fewer bytes than asked, for a short file that the usual path would
+  // refuse.)
   std::optional<ReadResult> try_read_now(const std::string& key, const ReadOptions& options) override;
   // try_read_now of many keys, shared between the calling thread and one
   // thread of the store's pool (both take the next key in turn: the caller
@@ -200,7 +202,7 @@ class FilesystemStore : public Store {
   Generation generation_at(const std::string& key, int dir_fd, const std::string& name) const;
   static bool openat2_works();
   bool read_cached(const std::string& key, int fd, const ByteExtent& e, MutableByteSpan into, ReadResult& result) const;
-  std::optional<std::size_t> read_whole_now(const std::string& key, MutableByteSpan buf) const;
+  std::optional<ReadResult> read_whole_now(const std::string& key, const ReadOptions& options) const;
   void read_blocking(const std::string& key, int fd, const ByteExtent& e, MutableByteSpan into,
                      ReadResult& result) const;
   void create_temp(Temp& temp) const;
