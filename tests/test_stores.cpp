@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <csignal>
 #include <cstddef>
@@ -19,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <span>
 #include <thread>
 
 #include <catch2/catch.hpp>
@@ -659,27 +661,44 @@ TEST_CASE("FilesystemStore: small page-cached reads are answered at once, large 
   CHECK(*h.get("small") == small);
 }
 
+namespace {
+// Sizes around a page (where a read without waiting may stop short) and a
+// few chunk sizes, for the reads that find a value's end without fstat.
+std::array<std::size_t, 7> sizes_around_a_page(std::size_t page) {
+  return {1, 4000, page - 1, page, page + 1, 2 * page, 3 * page + 5};
+}
+
+// A value whose bytes depend on its size.
+Bytes sized_value(std::size_t n) {
+  Bytes b(n);
+  for (std::size_t i = 0; i < n; ++i) b[i] = std::byte(i * 13 + n);
+  return b;
+}
+
+// Stores sized_value(n) under "v/<n>" for each size; returns the keys in that order.
+std::vector<std::string> put_sized_values(StoreHarness& h, std::span<const std::size_t> sizes) {
+  std::vector<std::string> keys;
+  for (std::size_t n : sizes) {
+    keys.push_back("v/" + std::to_string(n));
+    h.set(keys.back(), sized_value(n));
+  }
+  return keys;
+}
+}  // namespace
+
 TEST_CASE("FilesystemStore: a read into a buffer of the value's size needing no generation costs open, read and "
           "close, and a value of another size is never taken for it",
           "[stores][filesystem]") {
   test::TempDir tmp("stores");
   const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-  // Sizes around a page and a few chunk sizes; each file's bytes depend on its size.
-  const std::size_t sizes[] = {1, 4000, page - 1, page, page + 1, 2 * page, 3 * page + 5};
-  auto value = [](std::size_t n) {
-    Bytes b(n);
-    for (std::size_t i = 0; i < n; ++i) b[i] = std::byte(i * 13 + n);
-    return b;
-  };
+  const auto sizes = sizes_around_a_page(page);
+  const auto value = sized_value;
   std::vector<std::string> keys;
   {
     StoreHarness h(filesystem_factory(tmp.path, kUring));
     auto* store = store_answering_now(h);
     if (!store) return;
-    for (std::size_t n : sizes) {
-      keys.push_back("v/" + std::to_string(n));
-      h.set(keys.back(), value(n));
-    }
+    keys = put_sized_values(h, sizes);
     fs::create_directories(tmp.path / "dir");
     keys.push_back("dir");   // a directory: no value
     keys.push_back("nope");  // absent
@@ -746,23 +765,14 @@ TEST_CASE("FilesystemStore: a whole read with a size hint needing no generation 
           "[stores][filesystem]") {
   test::TempDir tmp("stores");
   const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-  // Sizes around a page (where a read without waiting may stop short) and a
-  // few chunk sizes; each file's bytes depend on its size.
-  const std::size_t sizes[] = {1, 4000, page - 1, page, page + 1, 2 * page, 3 * page + 5};
-  auto value = [](std::size_t n) {
-    Bytes b(n);
-    for (std::size_t i = 0; i < n; ++i) b[i] = std::byte(i * 7 + n);
-    return b;
-  };
+  const auto sizes = sizes_around_a_page(page);
+  const auto value = sized_value;
   std::vector<std::string> keys;
   {
     StoreHarness h(filesystem_factory(tmp.path, kUring));
     auto* store = store_answering_now(h);
     if (!store) return;
-    for (std::size_t n : sizes) {
-      keys.push_back("v/" + std::to_string(n));
-      h.set(keys.back(), value(n));
-    }
+    keys = put_sized_values(h, sizes);
     h.set("empty", Bytes());
     fs::create_directories(tmp.path / "dir");
     keys.push_back("empty");  // a value of no bytes: the usual path
