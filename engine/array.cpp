@@ -695,6 +695,27 @@ class ReadOp final : public ChunkOp {
       for (auto s : p.shape) t.bytes *= s;
       co_return true;
     }
+    if (const MutableByteSpan whole = whole_shard_target(i, *shard.index); !whole.empty()) {
+      // One read of the stored run fills the shard's place in out_; no plan per inner chunk.
+      const std::uint64_t begin = shard.index->offset(0);
+      auto got = co_await read(key, ByteRange::from(begin, whole.size()), shard.generation, whole);
+      if (got.changed || (!got.value && !shard.generation.unknown())) {
+        engine_.shard_indexes.invalidate(st_->store.get(), key);
+        co_return false;
+      }
+      check_range(key, got, begin, begin + whole.size());
+      if (got.in_place) {
+        t.in_place = true;
+        co_return true;
+      }
+      plan_pieces(i, *shard.index);  // the store read it into a value of its own: decode from there
+      for (auto& piece : t.pieces) piece.offset -= begin;
+      t.buffers.push_back(std::move(*got.value));
+      t.computes = true;
+      t.bytes = whole.size();
+      t.max_parts = t.pieces.size();
+      co_return true;
+    }
     plan_pieces(i, *shard.index);
     // Ranges of the present inner chunks, sorted by offset, then coalesced.
     std::vector<std::size_t> order;
@@ -731,10 +752,7 @@ class ReadOp final : public ChunkOp {
         engine_.shard_indexes.invalidate(st_->store.get(), key);
         co_return false;
       }
-      if (!got.value || (!got.in_place && got.value->size() != end - begin))
-        throw CorruptChunk(key, "sharding_indexed",
-                           "the shard is shorter than its index says (bytes " + std::to_string(begin) + "-" +
-                               std::to_string(end) + ")");
+      check_range(key, got, begin, end);
       for (std::size_t j = k; j < last; ++j) {
         t.pieces[order[j]].buffer = got.in_place ? kInPlace : t.buffers.size();
         t.pieces[order[j]].offset -= begin;
@@ -749,6 +767,36 @@ class ReadOp final : public ChunkOp {
     t.computes = !t.buffers.empty();
     t.max_parts = left > 0 ? t.pieces.size() : 1;
     co_return true;
+  }
+
+  // Raises CorruptChunk unless `got`, the read of bytes [begin, end) of
+  // shard `key`, holds all of them.
+  static void check_range(const std::string& key, const ReadResult& got, std::uint64_t begin, std::uint64_t end) {
+    if (!got.value || (!got.in_place && got.value->size() != end - begin))
+      throw CorruptChunk(key, "sharding_indexed",
+                         "the shard is shorter than its index says (bytes " + std::to_string(begin) + "-" +
+                             std::to_string(end) + ")");
+  }
+
+  // The place in out_ of whole shard part i when one read can fill it: the
+  // shard is one contiguous run of out_, and so is each of its plain-copy
+  // inner chunks, so (both landing contiguously) the inner chunks follow
+  // one another there in C order; and `index` has every inner chunk at its
+  // decoded size, back to back in that order from offset(0). Empty
+  // otherwise (then the inner chunks are planned one by one).
+  MutableByteSpan whole_shard_target(std::size_t i, const codecs::ShardingCodec::Index& index) const {
+    const ChunkPart& p = parts_[i];
+    const auto& inner = st_->shard->inner();
+    if (heap_ || !inner.is_trivial() || !st_->store->reads_into() || !lands_contiguously(inner.chunk_spec().shape))
+      return {};
+    const MutableByteSpan target = contiguous_target(st_->pipeline->chunk_spec(), p, p.out_start);
+    const std::uint64_t n = inner.chunk_spec().num_bytes();
+    if (target.empty() || n == 0 || index.entries.size() != 2 * (target.size() / n)) return {};
+    const std::uint64_t begin = index.offset(0);
+    if (begin > codecs::ShardingCodec::kMissing - target.size()) return {};
+    for (std::size_t k = 0, count = target.size() / n; k < count; ++k)
+      if (index.offset(k) != begin + k * n || index.nbytes(k) != n) return {};
+    return target;
   }
 
   // The place in out_ of the inner chunks order[k, last) of part i, when

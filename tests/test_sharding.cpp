@@ -380,6 +380,98 @@ TEST_CASE("inner chunks stored out of order are read in place only where shard a
   CHECK(store->in_place == 1);  // chunks 2, 3: back to back in both
 }
 
+TEST_CASE("a large whole shard is read in place by one range only where its index has every inner chunk back to back in C order",
+          "[sharding][regression]") {
+  // Shards of 400 KB (over the engine's 256 KiB threshold for reading a
+  // whole shard by its index): 100 inner chunks of 1000 int32, written by
+  // hand with the index (bytes only) at the end. Shard 1 is always stored
+  // in C order from offset 0; shard 0 is laid out as each section says.
+  // The engine skips planning inner chunk by inner chunk only for a layout
+  // where one read lands every inner chunk in its place, and must get the
+  // others right by that plan (or raise), not by the one read.
+  // A store that says it reads in place but answers values of their own
+  // (ReadOptions::into is a request): the engine must place them itself.
+  struct DecliningStore final : MemoryStore {
+    bool reads_into() const override { return true; }
+    std::optional<ReadResult> try_read_now(const std::string& key, const ReadOptions& options) override {
+      ReadOptions plain = options;
+      plain.into = {};
+      return MemoryStore::try_read_now(key, plain);
+    }
+    awaitable<ReadResult> read(std::string key, ReadOptions options) override { co_return *try_read_now(key, options); }
+  };
+  const int kind = GENERATE(0, 1, 2);  // in-place memory store, filesystem store, declining store
+  INFO("store kind " << kind);
+  constexpr std::uint64_t kInner = 1000, kCount = 100, kBytes = kInner * 4, kMissing = ~std::uint64_t{0};
+  const auto data = iota_vec(2 * kCount * kInner);
+  // The shard of shard number `s` with inner chunk n at byte offset at[n]
+  // (kMissing: absent) and nbytes[n] bytes long.
+  const auto shard_of = [&](std::uint64_t s, const std::vector<std::uint64_t>& at, const std::vector<std::uint64_t>& nbytes) {
+    std::uint64_t end = 0;
+    for (std::uint64_t n = 0; n < kCount; ++n)
+      if (at[n] != kMissing) end = std::max(end, at[n] + kBytes);
+    Bytes shard(end + kCount * 16, std::byte{0x5a});
+    for (std::uint64_t n = 0; n < kCount; ++n) {
+      if (at[n] != kMissing)
+        std::memcpy(shard.data() + at[n], data.data() + (s * kCount + n) * kInner, kBytes);
+      const std::uint64_t entry[] = {at[n], nbytes[n]};  // little-endian machine
+      std::memcpy(shard.data() + end + n * 16, entry, 16);
+    }
+    return shard;
+  };
+  std::vector<std::uint64_t> at(kCount), nbytes(kCount, kBytes);
+  for (std::uint64_t n = 0; n < kCount; ++n) at[n] = n * kBytes;
+  const std::vector<std::uint64_t> in_order = at;
+  auto expected = data;
+  std::uint64_t in_place = 2;  // one range per shard
+  SECTION("in C order from offset 0") {}
+  SECTION("in C order after 64 bytes of something else") {
+    for (auto& x : at) x += 64;
+  }
+  SECTION("inner chunks 0 and 1 swapped") {
+    std::swap(at[0], at[1]);
+    in_place = 1;
+  }
+  SECTION("a gap of 8 bytes before inner chunk 50") {
+    for (std::uint64_t n = 50; n < kCount; ++n) at[n] += 8;
+    in_place = 1;
+  }
+  SECTION("inner chunk 7 absent (fill_value 0)") {
+    at[7] = nbytes[7] = kMissing;
+    std::fill_n(expected.begin() + 7 * kInner, kInner, 0);
+    in_place = 1;
+  }
+  SECTION("inner chunk 3 recorded 4 bytes short, the others where C order puts them") {
+    nbytes[3] = kBytes - 4;
+    expected.clear();  // CorruptChunk
+  }
+  test::TempDir dir("sharding-in-place");
+  Runtime rt({.codec_threads = 2});
+  std::shared_ptr<Store> store;
+  if (kind == 0) store = std::make_shared<test::InPlaceStore>();
+  else if (kind == 1) store = std::make_shared<FilesystemStore>(rt.io_executor(), dir.path);
+  else store = std::make_shared<DecliningStore>();
+  const json bytes = json::parse(R"([{"name":"bytes","configuration":{"endian":"little"}}])");
+  auto a = Array::create_blocking(rt, store, "", meta({2 * kCount * kInner}, {kCount * kInner},
+                                                       sharding({kInner}, bytes, "end", bytes)));
+  const Bytes shard0 = shard_of(0, at, nbytes), shard1 = shard_of(1, in_order, std::vector<std::uint64_t>(kCount, kBytes));
+  run(rt, store->set("c/0", shard0));
+  run(rt, store->set("c/1", shard1));
+  if (expected.empty()) {
+    try {
+      a.read_blocking(Region::all(a.shape()));
+      FAIL("expected CorruptChunk");
+    } catch (const CorruptChunk& e) {
+      CHECK(e.key() == "c/0");
+    }
+    return;
+  }
+  const auto result = a.read_blocking(Region::all(a.shape()));
+  const auto got = result.as<std::int32_t>();
+  CHECK(std::vector<std::int32_t>(got.begin(), got.end()) == expected);
+  if (auto* s = dynamic_cast<test::InPlaceStore*>(store.get())) CHECK(s->in_place == in_place);
+}
+
 TEST_CASE("an inner chunk of the wrong size is CorruptChunk naming the shard, in whole and partial reads",
           "[sharding][errors]") {
   Runtime rt({.codec_threads = 1});
