@@ -695,29 +695,63 @@ class ReadOp final : public ChunkOp {
       for (auto s : p.shape) t.bytes *= s;
       co_return true;
     }
-    if (const MutableByteSpan whole = whole_shard_target(i, *shard.index); !whole.empty()) {
-      // One read of the stored run fills the shard's place in out_; no plan per inner chunk.
-      const std::uint64_t begin = shard.index->offset(0);
-      auto got = co_await read(key, ByteRange::from(begin, whole.size()), shard.generation, whole);
-      if (got.changed || (!got.value && !shard.generation.unknown())) {
-        engine_.shard_indexes.invalidate(st_->store.get(), key);
-        co_return false;
-      }
-      check_range(key, got, begin, begin + whole.size());
-      if (got.in_place) {
-        t.in_place = true;
-        co_return true;
-      }
-      plan_pieces(i, *shard.index);  // the store read it into a value of its own: decode from there
-      for (auto& piece : t.pieces) piece.offset -= begin;
-      t.buffers.push_back(std::move(*got.value));
-      t.computes = true;
-      t.bytes = whole.size();
-      t.max_parts = t.pieces.size();
-      co_return true;
+    const MutableByteSpan whole = whole_shard_target(i, *shard.index);
+    bool current;  // (named: no co_await beside ?: in g++ 12)
+    if (!whole.empty()) current = co_await read_back_to_back(i, key, shard, whole);
+    else current = co_await read_planned(i, key, shard, found.cached);
+    if (!current) {
+      engine_.shard_indexes.invalidate(st_->store.get(), key);
+      co_return false;
     }
+    t.in_place = t.pieces.empty();
+    // What is left for the pool: decoding the buffered inner chunks, filling the absent ones.
+    const std::size_t left = static_cast<std::size_t>(
+        std::count_if(t.pieces.begin(), t.pieces.end(), [](const InnerPiece& x) { return x.buffer != kInPlace; }));
+    t.bytes = left * sc.inner().chunk_spec().num_bytes();
+    t.computes = !t.buffers.empty();
+    t.max_parts = left > 0 ? t.pieces.size() : 1;
+    co_return true;
+  }
+
+  // The reads of try_fetch_inner_chunks for part i of shard `key` (index
+  // and generation in `shard`): they leave in tasks_[i] the pieces and
+  // buffers the pool has left to place; false when the shard changed.
+  //
+  // This one when whole_shard_target gave `whole`: requests of whole inner
+  // chunks of at most coalesce_max bytes, read in place, with no plan per
+  // inner chunk (pieces stay empty unless the store answers with a value
+  // of its own).
+  asio::awaitable<bool> read_back_to_back(std::size_t i, std::string key, detail::ShardIndexCache::Entry shard,
+                                          MutableByteSpan whole) {
+    auto& t = tasks_[i];
+    const std::uint64_t n = st_->shard->inner().chunk_spec().num_bytes(), begin = shard.index->offset(0);
+    const std::uint64_t step = std::max<std::uint64_t>(1, st_->rt->options().coalesce_max / n) * n;
+    for (std::uint64_t at = 0; at < whole.size(); at += step) {
+      const std::uint64_t len = std::min<std::uint64_t>(step, whole.size() - at);
+      auto got = co_await read(key, ByteRange::from(begin + at, len), shard.generation, whole.subspan(at, len));
+      if (got.changed || (!got.value && !shard.generation.unknown())) co_return false;
+      check_range(key, got, begin + at, begin + at + len);
+      if (got.in_place) continue;
+      if (t.pieces.empty()) {  // then place what came as values of their own on the pool
+        plan_pieces(i, *shard.index);
+        for (auto& piece : t.pieces) piece.buffer = kInPlace;
+      }
+      for (std::uint64_t k = at / n; k < (at + len) / n; ++k) {
+        t.pieces[k].buffer = t.buffers.size();
+        t.pieces[k].offset = k * n - at;
+      }
+      t.buffers.push_back(std::move(*got.value));
+    }
+    co_return true;
+  }
+
+  // This one otherwise: the inner chunks part i touches, planned one by
+  // one, read by their byte ranges sorted by offset and coalesced across
+  // small gaps, in place where a run lands so in out_ (in_place_run).
+  asio::awaitable<bool> read_planned(std::size_t i, std::string key, detail::ShardIndexCache::Entry shard,
+                                     bool cached) {
+    auto& t = tasks_[i];
     plan_pieces(i, *shard.index);
-    // Ranges of the present inner chunks, sorted by offset, then coalesced.
     std::vector<std::size_t> order;
     for (std::size_t k = 0; k < t.pieces.size(); ++k)
       if (t.pieces[k].buffer != std::string::npos) order.push_back(k);
@@ -728,12 +762,9 @@ class ReadOp final : public ChunkOp {
     // read of one byte must, or inner chunks written since (by another
     // process, or by a write whose index a slower reader's replaced in the
     // cache) would read as fill_value.
-    if (order.empty() && found.cached) {
+    if (order.empty() && cached) {
       const auto got = co_await read(key, ByteRange::from(0, 1), shard.generation);
-      if (got.changed || !got.value) {
-        engine_.shard_indexes.invalidate(st_->store.get(), key);
-        co_return false;
-      }
+      if (got.changed || !got.value) co_return false;
     }
     const auto& opt = st_->rt->options();
     for (std::size_t k = 0; k < order.size();) {
@@ -748,10 +779,7 @@ class ReadOp final : public ChunkOp {
       }
       const MutableByteSpan into = in_place_run(i, order, k, last);
       auto got = co_await read(key, ByteRange::from(begin, end - begin), shard.generation, into);
-      if (got.changed || (!got.value && !shard.generation.unknown())) {
-        engine_.shard_indexes.invalidate(st_->store.get(), key);
-        co_return false;
-      }
+      if (got.changed || (!got.value && !shard.generation.unknown())) co_return false;
       check_range(key, got, begin, end);
       for (std::size_t j = k; j < last; ++j) {
         t.pieces[order[j]].buffer = got.in_place ? kInPlace : t.buffers.size();
@@ -760,12 +788,6 @@ class ReadOp final : public ChunkOp {
       if (!got.in_place) t.buffers.push_back(std::move(*got.value));
       k = last;
     }
-    // What is left for the pool: decoding the buffered inner chunks, filling the absent ones.
-    const std::size_t left = static_cast<std::size_t>(
-        std::count_if(t.pieces.begin(), t.pieces.end(), [](const InnerPiece& x) { return x.buffer != kInPlace; }));
-    t.bytes = left * sc.inner().chunk_spec().num_bytes();
-    t.computes = !t.buffers.empty();
-    t.max_parts = left > 0 ? t.pieces.size() : 1;
     co_return true;
   }
 
