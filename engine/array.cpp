@@ -607,9 +607,13 @@ class ReadOp final : public ChunkOp {
   bool by_inner_chunks(std::size_t i) const {
     if (!st_->shard) return false;
     if (!parts_[i].whole_chunk) return true;
+    return st_->chunk_bytes() > kInPlaceShardBytes && inner_chunks_land_in_place();
+  }
+  // Whether the store can read whole inner chunks straight into out_: a
+  // plain-copy inner pipeline, each inner chunk one contiguous run there.
+  bool inner_chunks_land_in_place() const {
     const auto& inner = st_->shard->inner();
-    return st_->chunk_bytes() > kInPlaceShardBytes && inner.is_trivial() && !heap_ && st_->store->reads_into() &&
-           lands_contiguously(inner.chunk_spec().shape);
+    return inner.is_trivial() && !heap_ && st_->store->reads_into() && lands_contiguously(inner.chunk_spec().shape);
   }
   static constexpr std::uint64_t kInPlaceShardBytes = std::uint64_t{256} << 10;
 
@@ -807,12 +811,10 @@ class ReadOp final : public ChunkOp {
   // decoded size, back to back in that order from offset(0). Empty
   // otherwise (then the inner chunks are planned one by one).
   MutableByteSpan whole_shard_target(std::size_t i, const codecs::ShardingCodec::Index& index) const {
+    if (!inner_chunks_land_in_place()) return {};
     const ChunkPart& p = parts_[i];
-    const auto& inner = st_->shard->inner();
-    if (heap_ || !inner.is_trivial() || !st_->store->reads_into() || !lands_contiguously(inner.chunk_spec().shape))
-      return {};
     const MutableByteSpan target = contiguous_target(st_->pipeline->chunk_spec(), p, p.out_start);
-    const std::uint64_t n = inner.chunk_spec().num_bytes();
+    const std::uint64_t n = st_->shard->inner().chunk_spec().num_bytes();
     if (target.empty() || n == 0 || index.entries.size() != 2 * (target.size() / n)) return {};
     const std::uint64_t begin = index.offset(0);
     if (begin > codecs::ShardingCodec::kMissing - target.size()) return {};
