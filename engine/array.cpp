@@ -7,6 +7,7 @@
 #include <chrono>
 #include <charconv>
 #include <cstring>
+#include <future>
 #include <string_view>
 #include <random>
 
@@ -22,6 +23,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/system_executor.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <spdlog/spdlog.h>
@@ -171,6 +173,13 @@ namespace {
 // thread) has ended, so the caller's buffer is never touched afterwards.
 // A write's store requests in flight are cancelled too: each chunk keeps
 // its old value or gets its new one (stores replace values atomically).
+//
+// Completion: the handler is dispatched through its associated executor by
+// whichever thread ends the operation. A read whose last batch goes to the
+// pool is handed off to it (see submit): the pool thread that runs the
+// batch's last task completes the operation, so a read costs no hop back to
+// the I/O thread; from then on the strand touches nothing of the op but
+// cancel_flag_.
 class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
  public:
   // The op's state is touched only from this executor: the io_context's own
@@ -194,7 +203,15 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
   void start(Handler handler) {
     auto slot = asio::get_associated_cancellation_slot(handler);
     auto ex = asio::get_associated_executor(handler, strand_);
-    auto done = asio::bind_executor(ex, [h = std::move(handler)](std::exception_ptr e) mutable { std::move(h)(e); });
+    completion_.emplace([h = std::move(handler), ex](std::exception_ptr e) mutable {
+      asio::dispatch(ex, [h = std::move(h), e]() mutable { std::move(h)(e); });
+    });
+    // run()'s own end completes the op, unless its last batch was handed off.
+    auto done = [self = shared_from_this()](std::exception_ptr e) {
+      if (self->handed_off_) return;
+      if (self->remaining_ == 0 && self->active_ == 0) self->release_tables();  // no chunk stage runs
+      self->complete(e);
+    };
     if (!slot.is_connected()) {
       asio::co_spawn(strand_, run(), std::move(done));
       return;
@@ -257,7 +274,8 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
     fetch_at_once(window);
     spawner_idle_ = true;
     maybe_flush();
-    if (remaining_ > 0) co_await done_.wait();
+    if (remaining_ > 0 && !handed_off_) co_await done_.wait();
+    if (handed_off_) co_return;  // the pool completes the op
     if (!error_ && !cancelled_) {
       try {
         co_await after_all();
@@ -290,10 +308,14 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
 
   // On strand_.
   void cancel() {
+    if (handed_off_) {  // codec work not yet begun is skipped; the pool thread completes with Cancelled
+      cancel_flag_.store(true, std::memory_order_relaxed);
+      return;
+    }
     if (cancelled_ || finished_ || (spawner_idle_ && remaining_ == 0)) return;  // done already
     cancelled_ = true;
     cancel_flag_.store(true, std::memory_order_relaxed);
-    fail(std::make_exception_ptr(Cancelled("", "", "the operation on array '" + st_->path + "' was cancelled")));
+    fail(cancelled_error());
     run_signal_.emit(asio::cancellation_type::terminal);
     for (auto& s : stage_signals_) s.emit(asio::cancellation_type::terminal);
   }
@@ -315,7 +337,10 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
   virtual asio::awaitable<void> finish(std::size_t i) { co_return; }  // on strand, after codec work
   virtual std::size_t budget_factor() const { return 1; }
   // On strand, once every chunk is done without error (read_strings: turn the views into strings).
+  virtual bool has_after_all() const { return false; }
   virtual asio::awaitable<void> after_all() { co_return; }
+  // Frees the tables per chunk (complete_on_pool: nothing touches them after).
+  virtual void release_tables() { ChunkParts().swap(parts_); }
 
   void fail(std::exception_ptr e) {
     if (!error_) error_ = e;
@@ -371,6 +396,9 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
   }
 
   [[noreturn]] void throw_cancelled() const { throw Cancelled("", "", "cancelled while waiting"); }
+  std::exception_ptr cancelled_error() const {
+    return std::make_exception_ptr(Cancelled("", "", "the operation on array '" + st_->path + "' was cancelled"));
+  }
 
   // Runs one task through the scheduler (batched with whatever else is
   // submitted in this turn) and resumes when it is done.
@@ -475,10 +503,44 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
     for (auto i : ids)
       if (!task(i).error) batch->tasks.push_back(&task(i));
     auto self = shared_from_this();
-    batch->on_done = [self, ids = std::move(ids)]() mutable {
-      asio::co_spawn(self->strand_, after_batch(self, std::move(ids)), asio::detached);
-    };
+    if (is_last_batch(n) && !engine_.scheduler.runs_inline(*batch)) {
+      handed_off_ = true;
+      done_.notify();  // run() returns without completing
+      batch->on_done = [self, ids = std::move(ids)] { self->complete_on_pool(ids); };
+    } else {
+      batch->on_done = [self, ids = std::move(ids)]() mutable {
+        asio::co_spawn(self->strand_, after_batch(self, std::move(ids)), asio::detached);
+      };
+    }
     engine_.scheduler.submit(std::move(batch));
+  }
+
+  // Whether a batch of the next n pending chunks would end the op with its
+  // codec work: nothing left to fetch, submit, decode or finish after it.
+  bool is_last_batch(std::size_t n) const {
+    return spawner_idle_ && active_ == 0 && pending_.empty() && remaining_ == n && !cancelled_ && !has_finish() &&
+           !has_after_all();
+  }
+
+  // The op's end on the pool thread that ran its last batch (handed_off_).
+  void complete_on_pool(const std::vector<std::size_t>& ids) {
+    if (cancel_flag_.load(std::memory_order_relaxed)) fail(cancelled_error());
+    for (auto i : ids) {
+      if (auto& t = task(i); t.error) fail(t.error);
+      engine_.bytes.release(st_->chunk_bytes() * budget_factor());
+    }
+    release_tables();
+    complete(error_);
+  }
+
+  // Dispatches the handler; once, from the strand or (handed off) the pool.
+  // Callers free the tables per chunk first: the thread that completes the
+  // op may still hold it when the caller's next call makes its own, which
+  // then takes their blocks from the cache instead of faulting in new ones.
+  void complete(std::exception_ptr e) {
+    auto c = std::move(*completion_);
+    completion_.reset();
+    std::move(c)(e);
   }
 
   // On the strand, after a batch's codec work: record errors, then finish
@@ -529,6 +591,10 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
   std::size_t active_ = 0, remaining_ = 0;
   bool spawner_idle_ = false;
   bool cancellable_ = false, finished_ = false;
+  bool handed_off_ = false;  // set on strand_ by submit(), never unset
+  // The handler, dispatched through its executor; emplaced once (Boost 1.81's
+  // any_completion_handler move-assignment recurses).
+  std::optional<asio::any_completion_handler<void(std::exception_ptr)>> completion_;
   asio::cancellation_signal run_signal_;                // cancels run()'s budget wait
   std::list<asio::cancellation_signal> stage_signals_;  // one per stage in flight
   std::vector<std::size_t> pending_;
@@ -1034,6 +1100,11 @@ class ReadOp final : public ChunkOp {
 
   // The views in out_ -> *strings_, on the pool in parts (the pool's
   // threads share a large region).
+  bool has_after_all() const override { return strings_ != nullptr; }
+  void release_tables() override {
+    decltype(tasks_)().swap(tasks_);
+    ChunkOp::release_tables();
+  }
   asio::awaitable<void> after_all() override {
     if (!strings_) co_return;
     struct Convert final : detail::ChunkTask {
@@ -1287,16 +1358,41 @@ void check_region(const ArrayMetadata& m, const Region& r, std::optional<std::si
                               std::to_string(need));
 }
 
+// The op reading or writing `region` of `buf`; null when the region is empty.
 template <class Op, class Buffer, class... Extra>
-asio::awaitable<void> run_op(std::shared_ptr<const Array::State> st, Region region, Buffer buf, Extra... extra) {
+std::shared_ptr<Op> make_op(const std::shared_ptr<const Array::State>& st, const Region& region, Buffer buf,
+                            Extra... extra) {
   check_region(st->meta, region, buf.size());
   auto parts = detail::plan_chunks(st->meta.shape, st->meta.chunk_shape, region);
-  if (parts.empty()) co_return;
-  auto op = std::make_shared<Op>(st, std::move(parts), region, buf, extra...);
+  if (parts.empty()) return nullptr;
+  return std::make_shared<Op>(st, std::move(parts), region, buf, extra...);
+}
+
+template <class Op, class Buffer, class... Extra>
+asio::awaitable<void> run_op(std::shared_ptr<const Array::State> st, Region region, Buffer buf, Extra... extra) {
+  auto op = make_op<Op>(st, region, buf, extra...);
+  if (!op) co_return;
   // The awaiting coroutine's cancellation slot reaches the op through this handler.
   auto initiation = [op](auto handler) { op->start(std::move(handler)); };
   co_await asio::async_initiate<decltype(use_awaitable), void(std::exception_ptr)>(std::move(initiation),
                                                                                   use_awaitable);
+}
+
+// run_op for the blocking API: planned on the calling thread, completed
+// from whichever thread ends the op (a pool thread, for a read), with no
+// coroutine on the io_context around it.
+template <class Op, class Buffer>
+void run_op_blocking(const std::shared_ptr<const Array::State>& st, const Region& region, Buffer buf) {
+  detail::refuse_runtime_thread(*st->rt);
+  auto op = make_op<Op>(st, region, buf);
+  if (!op) return;
+  std::promise<void> promise;
+  auto done = promise.get_future();
+  op->start(asio::bind_executor(asio::system_executor(), [p = std::move(promise)](std::exception_ptr e) mutable {
+    if (e) p.set_exception(e);
+    else p.set_value();
+  }));
+  done.get();
 }
 
 // Chunks per dimension d of a grid over n elements (no overflow near 2^64).
@@ -1620,13 +1716,15 @@ void Array::write_strings_blocking(const Region& region, std::span<const std::st
 }
 
 void Array::read_blocking(const Region& region, MutableByteSpan out) const {
-  detail::wait(*state_->rt, read(region, out));
+  check_fixed_size(*state_, "read_strings");
+  run_op_blocking<ReadOp>(state_, region, out);
 }
 
 NdArray Array::read_blocking(const Region& region) const { return detail::wait(*state_->rt, read(region)); }
 
 void Array::write_blocking(const Region& region, ByteSpan in) const {
-  detail::wait(*state_->rt, write(region, in));
+  check_fixed_size(*state_, "write_strings");
+  run_op_blocking<WriteOp>(state_, region, in);
 }
 
 }  // namespace zarrcoro

@@ -91,13 +91,17 @@ void Scheduler::run_inline(TaskBatch& batch) {
   batch.on_done();
 }
 
+bool Scheduler::runs_inline(const TaskBatch& batch) const {
+  const bool trivial = !batch.computes() && batch.bytes() <= options_.inline_bytes;
+  return batch.tasks.empty() || options_.dispatch == Dispatch::inline_io || trivial;
+}
+
 void Scheduler::submit(std::shared_ptr<TaskBatch> batch) {
   if (batch->tasks.empty()) {
     batch->on_done();
     return;
   }
-  const bool trivial = !batch->computes() && batch->bytes() <= options_.inline_bytes;
-  if (options_.dispatch == Dispatch::inline_io || trivial) {
+  if (runs_inline(*batch)) {
     run_inline(*batch);
     return;
   }

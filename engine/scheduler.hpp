@@ -59,7 +59,9 @@ class ChunkTask {
 };
 
 // Tasks of one call, completed together: `on_done` runs once after every
-// task has run, on the thread that ran the last one; it must only post.
+// task has run, on the thread that ran the last one (a pool thread unless
+// the batch runs inline); it must be short: post, or complete the call
+// whose last batch this is.
 struct TaskBatch {
   std::vector<ChunkTask*> tasks;
   std::function<void()> on_done;
@@ -80,6 +82,9 @@ class Scheduler {
 
   // Call from an I/O thread. May run the batch before returning (inline).
   void submit(std::shared_ptr<TaskBatch> batch);
+  // Whether submit() would run `batch` before returning, on the calling
+  // thread (nothing to compute and small, an empty batch, Dispatch::inline_io).
+  bool runs_inline(const TaskBatch& batch) const;
 
   SchedulerCounters& counters() { return counters_; }
 

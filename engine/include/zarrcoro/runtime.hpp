@@ -25,6 +25,9 @@
 //    (RuntimeStats::chunks counts the shard once).
 //  - A batch with nothing to compute (native-order `bytes` only, missing
 //    chunks) of at most `inline_bytes` runs on the I/O thread without a hop.
+//  - A read whose last batch goes to the pool is completed by the pool
+//    thread that ends that batch, through the caller's executor (for
+//    read_blocking: on that thread), with no hop back to the I/O thread.
 #pragma once
 
 #include <chrono>
