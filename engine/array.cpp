@@ -14,6 +14,7 @@
 #include <list>
 #include <span>
 
+#include <boost/asio/append.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
@@ -1378,6 +1379,26 @@ asio::awaitable<void> run_op(std::shared_ptr<const Array::State> st, Region regi
                                                                                   use_awaitable);
 }
 
+void check_fixed_size(const Array::State& st, const char* use);
+
+// run_op for the token forms: errors, and an empty region, complete the
+// handler through its executor (the runtime's io_context by default), never
+// inside the initiating call.
+template <class Op, class Buffer>
+void start_op(const std::shared_ptr<const Array::State>& st, const Region& region, Buffer buf,
+              detail::AnyCompletion<void> handler) {
+  std::shared_ptr<Op> op;
+  std::exception_ptr error;
+  try {
+    check_fixed_size(*st, std::is_same_v<Op, ReadOp> ? "read_strings" : "write_strings");
+    op = make_op<Op>(st, region, buf);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  if (op) return op->start(std::move(handler));
+  asio::post(st->rt->io_executor(), asio::append(std::move(handler), error));
+}
+
 // run_op for the blocking API: planned on the calling thread, completed
 // from whichever thread ends the op (a pool thread, for a read), with no
 // coroutine on the io_context around it.
@@ -1713,6 +1734,16 @@ std::vector<std::string> Array::read_strings_blocking(const Region& region) cons
 
 void Array::write_strings_blocking(const Region& region, std::span<const std::string> in) const {
   detail::wait(*state_->rt, write_strings(region, in));
+}
+
+void Array::start_read(std::shared_ptr<const State> st, Region region, MutableByteSpan out,
+                       detail::AnyCompletion<void> handler) {
+  start_op<ReadOp>(st, region, out, std::move(handler));
+}
+
+void Array::start_write(std::shared_ptr<const State> st, Region region, ByteSpan in,
+                        detail::AnyCompletion<void> handler) {
+  start_op<WriteOp>(st, region, in, std::move(handler));
 }
 
 void Array::read_blocking(const Region& region, MutableByteSpan out) const {

@@ -419,10 +419,11 @@ void on_io_thread(Runtime& rt, std::function<void()> f) {
 
 // A read's last batch is handed to the pool: the pool thread that ends it
 // completes the read, through the caller's executor, without a hop back to
-// the I/O thread (which costs a wake-up and a turn of the loop per read).
+// the I/O thread (which costs a wake-up and a turn of the loop per read):
+// for read_blocking, an awaiting coroutine and the token form alike.
 TEST_CASE("a read whose last batch decodes on the pool completes from there, while the I/O thread is busy",
           "[async][regression]") {
-  const std::string api = GENERATE("blocking", "awaiting");
+  const std::string api = GENERATE("blocking", "awaiting", "token");
   CAPTURE(api);
   // "awaiting": a coroutine on a thread of the caller's own. Declared first:
   // the pool thread that posts to it may still be inside that post when
@@ -439,11 +440,13 @@ TEST_CASE("a read whose last batch decodes on the pool completes from there, whi
   };
   std::vector<std::int32_t> back(OneShard::kN);
   std::future<void> done;
-  if (api == "blocking") {
-    done = std::async(std::launch::async, [&] { shard.array.read_blocking(Region::all({OneShard::kN}), as_writable(back)); });
-  } else {
-    done = asio::co_spawn(client, shard.array.read(Region::all({OneShard::kN}), as_writable(back)), asio::use_future);
-  }
+  const Region all = Region::all({OneShard::kN});
+  if (api == "blocking")
+    done = std::async(std::launch::async, [&] { shard.array.read_blocking(all, as_writable(back)); });
+  else if (api == "awaiting")
+    done = asio::co_spawn(client, shard.array.read(all, as_writable(back)), asio::use_future);
+  else  // use_future's handler runs wherever the operation completes
+    done = shard.array.async_read(all, as_writable(back), asio::use_future);
   std::thread client_thread([&] { client.run(); });
   const bool completed_while_io_busy = done.wait_for(test::scaled(30s)) == std::future_status::ready;
   io_free.set_value();

@@ -232,9 +232,13 @@ class Array {
   // complete with void(std::exception_ptr) (read into a buffer, write) or
   // void(std::exception_ptr, NdArray). The caller keeps `out` / `in` alive
   // until the handler runs. The handle may be dropped at once.
+  // async_read and async_write into / from a buffer start the operation
+  // without a coroutine around it: a read whose last batch decodes on the
+  // pool completes from there (see runtime.hpp).
   template <class Token>
   auto async_read(Region region, MutableByteSpan out, Token&& token) const {
-    return detail::async_spawn(get_executor(), read(std::move(region), out), std::forward<Token>(token));
+    return boost::asio::async_initiate<Token, void(std::exception_ptr)>(InitiateRead{}, token, state_,
+                                                                        std::move(region), out);
   }
   template <class Token>
   auto async_read(Region region, Token&& token) const {
@@ -242,7 +246,8 @@ class Array {
   }
   template <class Token>
   auto async_write(Region region, ByteSpan in, Token&& token) const {
-    return detail::async_spawn(get_executor(), write(std::move(region), in), std::forward<Token>(token));
+    return boost::asio::async_initiate<Token, void(std::exception_ptr)>(InitiateWrite{}, token, state_,
+                                                                        std::move(region), in);
   }
 
   // Changes the shape (v3 and v2 "shape"; rank, chunk grid, codecs and
@@ -290,6 +295,23 @@ class Array {
 
  private:
   static boost::asio::any_io_executor executor_of(Runtime& rt);
+  // The token forms' operations; errors reach `handler` (never inline).
+  static void start_read(std::shared_ptr<const State> st, Region region, MutableByteSpan out,
+                         detail::AnyCompletion<void> handler);
+  static void start_write(std::shared_ptr<const State> st, Region region, ByteSpan in,
+                          detail::AnyCompletion<void> handler);
+  struct InitiateRead {
+    template <class Handler>
+    void operator()(Handler&& handler, std::shared_ptr<const State> st, Region region, MutableByteSpan out) const {
+      start_read(std::move(st), std::move(region), out, detail::AnyCompletion<void>(std::forward<Handler>(handler)));
+    }
+  };
+  struct InitiateWrite {
+    template <class Handler>
+    void operator()(Handler&& handler, std::shared_ptr<const State> st, Region region, ByteSpan in) const {
+      start_write(std::move(st), std::move(region), in, detail::AnyCompletion<void>(std::forward<Handler>(handler)));
+    }
+  };
   // The handle of the state `op` makes (a coroutine holding no handle).
   static awaitable<Array> adopt(awaitable<std::shared_ptr<const State>> op);
   // An array from metadata already read (Group: consolidated metadata);
