@@ -176,11 +176,12 @@ namespace {
 // its old value or gets its new one (stores replace values atomically).
 //
 // Completion: the handler is dispatched through its associated executor by
-// whichever thread ends the operation. A read whose last batch goes to the
-// pool is handed off to it (see submit): the pool thread that runs the
-// batch's last task completes the operation, so a read costs no hop back to
-// the I/O thread; from then on the strand touches nothing of the op but
-// cancel_flag_.
+// whichever thread ends the operation (that executor counts the op as
+// outstanding work until then). A read whose last batch goes to the pool is
+// handed off to it (see submit): the pool thread that runs the batch's last
+// task completes the operation, so a read costs no hop back to the I/O
+// thread; from then on the strand touches nothing that the pool thread does
+// (cancel() only sets cancel_flag_).
 class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
  public:
   // The op's state is touched only from this executor: the io_context's own
@@ -203,7 +204,7 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
   template <class Handler>
   void start(Handler handler) {
     auto slot = asio::get_associated_cancellation_slot(handler);
-    auto ex = asio::get_associated_executor(handler, strand_);
+    auto ex = asio::prefer(asio::get_associated_executor(handler, strand_), asio::execution::outstanding_work.tracked);
     completion_.emplace([h = std::move(handler), ex](std::exception_ptr e) mutable {
       asio::dispatch(ex, [h = std::move(h), e]() mutable { std::move(h)(e); });
     });
@@ -223,7 +224,10 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
     slot.assign([op = weak_from_this()](asio::cancellation_type type) {
       if ((type & (asio::cancellation_type::terminal | asio::cancellation_type::partial)) == asio::cancellation_type::none)
         return;
-      if (auto self = op.lock()) asio::dispatch(self->strand_, [self] { self->cancel(); });
+      auto self = op.lock();
+      if (!self) return;
+      self->cancel_flag_.store(true, std::memory_order_relaxed);  // at once: the loop may be busy
+      asio::dispatch(self->strand_, [self] { self->cancel(); });
     });
     // Spawned from the strand, so that run_signal_ is touched there only.
     asio::dispatch(strand_, [self = shared_from_this(), done = std::move(done)]() mutable {
@@ -236,12 +240,13 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
   asio::awaitable<void> run() {
     auto self = shared_from_this();
     co_await asio::this_coro::throw_if_cancelled(false);  // cancel() decides what stops
-    remaining_ = parts_.size();
+    const std::size_t n = parts_.size();  // parts_ may be freed once the op is handed off
+    remaining_ = n;
     const std::size_t budget = st_->chunk_bytes() * budget_factor();
     auto slice_start = std::chrono::steady_clock::now();
     std::vector<std::size_t> window;  // parts holding their budget, to fetch at once
     window.reserve(kWindow);
-    for (std::size_t i = 0; i < parts_.size(); ++i) {
+    for (std::size_t i = 0; i < n; ++i) {
       bool budget_taken = !cancelled_ && engine_.bytes.try_acquire(budget);
       if (!budget_taken && !cancelled_) {
         fetch_at_once(window);  // first: their budget is taken
@@ -255,7 +260,7 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
         budget_taken = false;
       }
       if (!budget_taken) {  // cancelled: the parts not started are done
-        remaining_ -= parts_.size() - i;
+        remaining_ -= n - i;
         break;
       }
       if (!can_fetch_now(i)) {
@@ -338,9 +343,9 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
   virtual asio::awaitable<void> finish(std::size_t i) { co_return; }  // on strand, after codec work
   virtual std::size_t budget_factor() const { return 1; }
   // On strand, once every chunk is done without error (read_strings: turn the views into strings).
-  virtual bool has_after_all() const { return false; }
   virtual asio::awaitable<void> after_all() { co_return; }
-  // Frees the tables per chunk (complete_on_pool: nothing touches them after).
+  virtual bool has_after_all() const { return false; }
+  // Frees the tables per chunk, once no chunk stage can use them.
   virtual void release_tables() { ChunkParts().swap(parts_); }
 
   void fail(std::exception_ptr e) {
@@ -516,11 +521,11 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
     engine_.scheduler.submit(std::move(batch));
   }
 
-  // Whether a batch of the next n pending chunks would end the op with its
-  // codec work: nothing left to fetch, submit, decode or finish after it.
+  // Whether a batch of n chunks would end the op with its codec work:
+  // every other chunk is done (remaining_ counts those not yet started,
+  // fetching and pending too), and nothing is left to finish after it.
   bool is_last_batch(std::size_t n) const {
-    return spawner_idle_ && active_ == 0 && pending_.empty() && remaining_ == n && !cancelled_ && !has_finish() &&
-           !has_after_all();
+    return remaining_ == n && !cancelled_ && !has_finish() && !has_after_all();
   }
 
   // The op's end on the pool thread that ran its last batch (handed_off_).
@@ -534,10 +539,11 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
     complete(error_);
   }
 
-  // Dispatches the handler; once, from the strand or (handed off) the pool.
-  // Callers free the tables per chunk first: the thread that completes the
-  // op may still hold it when the caller's next call makes its own, which
-  // then takes their blocks from the cache instead of faulting in new ones.
+  // Dispatches the handler; exactly once, from the strand or (handed off)
+  // the pool. Callers free the tables per chunk first where no chunk stage
+  // can still use them: the thread that completes the op may still hold it
+  // when the caller's next call makes its own, which then takes their
+  // blocks from the cache instead of faulting in new ones.
   void complete(std::exception_ptr e) {
     auto c = std::move(*completion_);
     completion_.reset();
@@ -1099,13 +1105,14 @@ class ReadOp final : public ChunkOp {
     return true;
   }
 
-  // The views in out_ -> *strings_, on the pool in parts (the pool's
-  // threads share a large region).
   bool has_after_all() const override { return strings_ != nullptr; }
   void release_tables() override {
     decltype(tasks_)().swap(tasks_);
     ChunkOp::release_tables();
   }
+
+  // The views in out_ -> *strings_, on the pool in parts (the pool's
+  // threads share a large region).
   asio::awaitable<void> after_all() override {
     if (!strings_) co_return;
     struct Convert final : detail::ChunkTask {
@@ -1373,13 +1380,24 @@ template <class Op, class Buffer, class... Extra>
 asio::awaitable<void> run_op(std::shared_ptr<const Array::State> st, Region region, Buffer buf, Extra... extra) {
   auto op = make_op<Op>(st, region, buf, extra...);
   if (!op) co_return;
-  // The awaiting coroutine's cancellation slot reaches the op through this handler.
-  auto initiation = [op](auto handler) { op->start(std::move(handler)); };
+  // The awaiting coroutine's cancellation slot reaches the op through this
+  // handler. The op owns the handler, which owns this coroutine: this frame
+  // keeps no reference to the op, or the two would keep each other alive
+  // should the io_context be destroyed with the op in flight.
+  auto initiation = [op = std::move(op)](auto handler) mutable { std::exchange(op, nullptr)->start(std::move(handler)); };
   co_await asio::async_initiate<decltype(use_awaitable), void(std::exception_ptr)>(std::move(initiation),
                                                                                   use_awaitable);
 }
 
 void check_fixed_size(const Array::State& st, const char* use);
+
+// make_op for read / write of a fixed-size data type (not read_strings / write_strings).
+template <class Op, class Buffer>
+std::shared_ptr<Op> make_fixed_size_op(const std::shared_ptr<const Array::State>& st, const Region& region,
+                                       Buffer buf) {
+  check_fixed_size(*st, std::is_same_v<Op, ReadOp> ? "read_strings" : "write_strings");
+  return make_op<Op>(st, region, buf);
+}
 
 // run_op for the token forms: errors, and an empty region, complete the
 // handler through its executor (the runtime's io_context by default), never
@@ -1390,8 +1408,7 @@ void start_op(const std::shared_ptr<const Array::State>& st, const Region& regio
   std::shared_ptr<Op> op;
   std::exception_ptr error;
   try {
-    check_fixed_size(*st, std::is_same_v<Op, ReadOp> ? "read_strings" : "write_strings");
-    op = make_op<Op>(st, region, buf);
+    op = make_fixed_size_op<Op>(st, region, buf);
   } catch (...) {
     error = std::current_exception();
   }
@@ -1405,7 +1422,7 @@ void start_op(const std::shared_ptr<const Array::State>& st, const Region& regio
 template <class Op, class Buffer>
 void run_op_blocking(const std::shared_ptr<const Array::State>& st, const Region& region, Buffer buf) {
   detail::refuse_runtime_thread(*st->rt);
-  auto op = make_op<Op>(st, region, buf);
+  auto op = make_fixed_size_op<Op>(st, region, buf);
   if (!op) return;
   std::promise<void> promise;
   auto done = promise.get_future();
@@ -1747,14 +1764,12 @@ void Array::start_write(std::shared_ptr<const State> st, Region region, ByteSpan
 }
 
 void Array::read_blocking(const Region& region, MutableByteSpan out) const {
-  check_fixed_size(*state_, "read_strings");
   run_op_blocking<ReadOp>(state_, region, out);
 }
 
 NdArray Array::read_blocking(const Region& region) const { return detail::wait(*state_->rt, read(region)); }
 
 void Array::write_blocking(const Region& region, ByteSpan in) const {
-  check_fixed_size(*state_, "write_strings");
   run_op_blocking<WriteOp>(state_, region, in);
 }
 

@@ -61,7 +61,7 @@ class ChunkTask {
 // Tasks of one call, completed together: `on_done` runs once after every
 // task has run, on the thread that ran the last one (a pool thread unless
 // the batch runs inline); it must be short: post, or complete the call
-// whose last batch this is.
+// whose last batch this is (which may run a caller's handler there).
 struct TaskBatch {
   std::vector<ChunkTask*> tasks;
   std::function<void()> on_done;

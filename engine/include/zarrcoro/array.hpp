@@ -234,11 +234,13 @@ class Array {
   // until the handler runs. The handle may be dropped at once.
   // async_read and async_write into / from a buffer start the operation
   // without a coroutine around it: a read whose last batch decodes on the
-  // pool completes from there (see runtime.hpp).
+  // pool completes from there (see runtime.hpp), so a handler whose
+  // executor runs it inline (e.g. use_future's, or one bound to
+  // system_executor) runs on a codec thread; it must not throw.
   template <class Token>
   auto async_read(Region region, MutableByteSpan out, Token&& token) const {
-    return boost::asio::async_initiate<Token, void(std::exception_ptr)>(InitiateRead{}, token, state_,
-                                                                        std::move(region), out);
+    return boost::asio::async_initiate<Token, void(std::exception_ptr)>(Initiate<&Array::start_read>{}, token,
+                                                                        state_, std::move(region), out);
   }
   template <class Token>
   auto async_read(Region region, Token&& token) const {
@@ -246,8 +248,8 @@ class Array {
   }
   template <class Token>
   auto async_write(Region region, ByteSpan in, Token&& token) const {
-    return boost::asio::async_initiate<Token, void(std::exception_ptr)>(InitiateWrite{}, token, state_,
-                                                                        std::move(region), in);
+    return boost::asio::async_initiate<Token, void(std::exception_ptr)>(Initiate<&Array::start_write>{}, token,
+                                                                        state_, std::move(region), in);
   }
 
   // Changes the shape (v3 and v2 "shape"; rank, chunk grid, codecs and
@@ -300,16 +302,11 @@ class Array {
                          detail::AnyCompletion<void> handler);
   static void start_write(std::shared_ptr<const State> st, Region region, ByteSpan in,
                           detail::AnyCompletion<void> handler);
-  struct InitiateRead {
-    template <class Handler>
-    void operator()(Handler&& handler, std::shared_ptr<const State> st, Region region, MutableByteSpan out) const {
-      start_read(std::move(st), std::move(region), out, detail::AnyCompletion<void>(std::forward<Handler>(handler)));
-    }
-  };
-  struct InitiateWrite {
-    template <class Handler>
-    void operator()(Handler&& handler, std::shared_ptr<const State> st, Region region, ByteSpan in) const {
-      start_write(std::move(st), std::move(region), in, detail::AnyCompletion<void>(std::forward<Handler>(handler)));
+  template <auto Start>
+  struct Initiate {
+    template <class Handler, class Buffer>
+    void operator()(Handler&& handler, std::shared_ptr<const State> st, Region region, Buffer buf) const {
+      Start(std::move(st), std::move(region), buf, detail::AnyCompletion<void>(std::forward<Handler>(handler)));
     }
   };
   // The handle of the state `op` makes (a coroutine holding no handle).
