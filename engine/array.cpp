@@ -1376,17 +1376,21 @@ std::shared_ptr<Op> make_op(const std::shared_ptr<const Array::State>& st, const
   return std::make_shared<Op>(st, std::move(parts), region, buf, extra...);
 }
 
+// Starts `op` with the completion `token` (signature void(std::exception_ptr));
+// the token's cancellation slot reaches the op through its handler. The op
+// owns the handler; the initiation keeps no reference to the op, so that a
+// coroutine awaiting it does not either (the two would keep each other
+// alive should the io_context be destroyed with the op in flight).
+template <class Op, class Token>
+auto initiate_op(std::shared_ptr<Op> op, Token&& token) {
+  auto initiation = [op = std::move(op)](auto handler) mutable { std::exchange(op, nullptr)->start(std::move(handler)); };
+  return asio::async_initiate<Token, void(std::exception_ptr)>(std::move(initiation), token);
+}
+
 template <class Op, class Buffer, class... Extra>
 asio::awaitable<void> run_op(std::shared_ptr<const Array::State> st, Region region, Buffer buf, Extra... extra) {
   auto op = make_op<Op>(st, region, buf, extra...);
-  if (!op) co_return;
-  // The awaiting coroutine's cancellation slot reaches the op through this
-  // handler. The op owns the handler, which owns this coroutine: this frame
-  // keeps no reference to the op, or the two would keep each other alive
-  // should the io_context be destroyed with the op in flight.
-  auto initiation = [op = std::move(op)](auto handler) mutable { std::exchange(op, nullptr)->start(std::move(handler)); };
-  co_await asio::async_initiate<decltype(use_awaitable), void(std::exception_ptr)>(std::move(initiation),
-                                                                                  use_awaitable);
+  if (op) co_await initiate_op(std::move(op), use_awaitable);
 }
 
 void check_fixed_size(const Array::State& st, const char* use);
@@ -1416,13 +1420,12 @@ void start_op(const std::shared_ptr<const Array::State>& st, const Region& regio
   asio::post(st->rt->io_executor(), asio::append(std::move(handler), error));
 }
 
-// run_op for the blocking API: planned on the calling thread, completed
-// from whichever thread ends the op (a pool thread, for a read), with no
-// coroutine on the io_context around it.
-template <class Op, class Buffer>
-void run_op_blocking(const std::shared_ptr<const Array::State>& st, const Region& region, Buffer buf) {
-  detail::refuse_runtime_thread(*st->rt);
-  auto op = make_fixed_size_op<Op>(st, region, buf);
+// run_op for the blocking API: `op` (nullptr: nothing to do), planned on
+// the calling thread, is completed from whichever thread ends it (a pool
+// thread, for a read), with no coroutine on the io_context around it. The
+// caller has called detail::refuse_runtime_thread first.
+template <class Op>
+void wait_op(std::shared_ptr<Op> op) {
   if (!op) return;
   std::promise<void> promise;
   auto done = promise.get_future();
@@ -1495,39 +1498,61 @@ asio::awaitable<void> write_raw(std::shared_ptr<const Array::State> st, Region r
   co_await run_op<WriteOp>(std::move(st), std::move(region), in);
 }
 
-asio::awaitable<std::vector<std::string>> read_strings_op(std::shared_ptr<const Array::State> st, Region region) {
-  check_variable_length(*st);
-  check_region(st->meta, region, std::nullopt);  // before anything is sized
+// read_strings' buffers: the views the chunks decode to, and the strings
+// they become (checked before anything is sized).
+struct StringsRead {
+  Bytes views;
+  std::vector<std::string> out;
+};
+StringsRead strings_read(const Array::State& st, const Region& region) {
+  check_variable_length(st);
+  check_region(st.meta, region, std::nullopt);
   const std::uint64_t n = region.num_elements();
-  Bytes views(n * sizeof(codecs::VlenView));
-  std::vector<std::string> out(n);
-  co_await run_op<ReadOp>(st, std::move(region), MutableByteSpan(views), &out);
-  co_return out;
+  return {Bytes(n * sizeof(codecs::VlenView)), std::vector<std::string>(n)};
 }
 
-asio::awaitable<void> write_strings_op(std::shared_ptr<const Array::State> st, Region region,
-                                       std::span<const std::string> in) {
-  check_variable_length(*st);
-  check_region(st->meta, region, std::nullopt);
+// write_strings' input: views of the caller's strings (empty ones all zero,
+// like the empty fill value); UTF-8 is checked by the vlen-utf8 encoder on
+// the pool.
+Bytes string_views(const Array::State& st, const Region& region, std::span<const std::string> in) {
+  check_variable_length(st);
+  check_region(st.meta, region, std::nullopt);
   if (in.size() != region.num_elements())
     throw InvalidArgument("", "buffer",
                           "holds " + std::to_string(in.size()) + " strings, the region " +
                               std::to_string(region.num_elements()) + " elements");
-  // Views of the caller's strings (empty ones all zero, like the empty fill
-  // value); UTF-8 is checked by the vlen-utf8 encoder on the pool.
   Bytes views(in.size() * sizeof(codecs::VlenView));
   for (std::size_t i = 0; i < in.size(); ++i) {
     const codecs::VlenView v{in[i].empty() ? nullptr : in[i].data(), in[i].size()};
     std::memcpy(views.data() + i * sizeof v, &v, sizeof v);
   }
+  return views;
+}
+
+asio::awaitable<std::vector<std::string>> read_strings_op(std::shared_ptr<const Array::State> st, Region region) {
+  auto r = strings_read(*st, region);
+  co_await run_op<ReadOp>(st, std::move(region), MutableByteSpan(r.views), &r.out);
+  co_return std::move(r.out);
+}
+
+asio::awaitable<void> write_strings_op(std::shared_ptr<const Array::State> st, Region region,
+                                       std::span<const std::string> in) {
+  const Bytes views = string_views(*st, region, in);
   co_await run_op<WriteOp>(std::move(st), std::move(region), ByteSpan(views));
 }
 
+// read(region)'s result: the data type, the region's shape, and room for
+// its elements (checked before anything is sized).
+NdArray sized_result(const Array::State& st, const Region& region) {
+  check_fixed_size(st, "read_strings");
+  check_region(st.meta, region, std::nullopt);
+  NdArray a{st.meta.data_type, region.shape(), {}};
+  a.data.resize(region.num_elements() * st.meta.data_type.size());
+  return a;
+}
+
 asio::awaitable<NdArray> read_owned(std::shared_ptr<const Array::State> st, Region region) {
-  check_fixed_size(*st, "read_strings");
-  check_region(st->meta, region, std::nullopt);  // before the buffer is sized
-  NdArray a{st->meta.data_type, region.shape(), {}};
-  a.data.resize(region.num_elements() * st->meta.data_type.size());
+  NdArray a = sized_result(*st, region);
   co_await run_op<ReadOp>(st, std::move(region), MutableByteSpan(a.data));
   co_return a;
 }
@@ -1746,11 +1771,16 @@ asio::awaitable<void> Array::write_strings(Region region, std::span<const std::s
 }
 
 std::vector<std::string> Array::read_strings_blocking(const Region& region) const {
-  return detail::wait(*state_->rt, read_strings(region));
+  detail::refuse_runtime_thread(*state_->rt);
+  auto r = strings_read(*state_, region);
+  wait_op(make_op<ReadOp>(state_, region, MutableByteSpan(r.views), &r.out));
+  return std::move(r.out);
 }
 
 void Array::write_strings_blocking(const Region& region, std::span<const std::string> in) const {
-  detail::wait(*state_->rt, write_strings(region, in));
+  detail::refuse_runtime_thread(*state_->rt);
+  const Bytes views = string_views(*state_, region, in);
+  wait_op(make_op<WriteOp>(state_, region, ByteSpan(views)));
 }
 
 void Array::start_read(std::shared_ptr<const State> st, Region region, MutableByteSpan out,
@@ -1763,14 +1793,37 @@ void Array::start_write(std::shared_ptr<const State> st, Region region, ByteSpan
   start_op<WriteOp>(st, region, in, std::move(handler));
 }
 
-void Array::read_blocking(const Region& region, MutableByteSpan out) const {
-  run_op_blocking<ReadOp>(state_, region, out);
+void Array::start_read_owned(std::shared_ptr<const State> st, Region region, detail::AnyCompletion<NdArray> handler) {
+  std::shared_ptr<ReadOp> op;
+  NdArray a;
+  std::exception_ptr error;
+  try {
+    a = sized_result(*st, region);
+    op = make_op<ReadOp>(st, region, MutableByteSpan(a.data));
+  } catch (...) {
+    error = std::current_exception();
+  }
+  // Moved along with the handler, `a` keeps its elements where the op writes them.
+  auto done = asio::append(std::move(handler), std::move(a));
+  if (op) return initiate_op(std::move(op), std::move(done));
+  asio::post(st->rt->io_executor(), asio::append(std::move(done), error));
 }
 
-NdArray Array::read_blocking(const Region& region) const { return detail::wait(*state_->rt, read(region)); }
+void Array::read_blocking(const Region& region, MutableByteSpan out) const {
+  detail::refuse_runtime_thread(*state_->rt);
+  wait_op(make_fixed_size_op<ReadOp>(state_, region, out));
+}
+
+NdArray Array::read_blocking(const Region& region) const {
+  detail::refuse_runtime_thread(*state_->rt);
+  NdArray a = sized_result(*state_, region);
+  wait_op(make_op<ReadOp>(state_, region, MutableByteSpan(a.data)));
+  return a;
+}
 
 void Array::write_blocking(const Region& region, ByteSpan in) const {
-  run_op_blocking<WriteOp>(state_, region, in);
+  detail::refuse_runtime_thread(*state_->rt);
+  wait_op(make_fixed_size_op<WriteOp>(state_, region, in));
 }
 
 }  // namespace zarrcoro

@@ -230,13 +230,13 @@ class Array {
 
   // Token forms of read and write: same arguments, results and errors;
   // complete with void(std::exception_ptr) (read into a buffer, write) or
-  // void(std::exception_ptr, NdArray). The caller keeps `out` / `in` alive
-  // until the handler runs. The handle may be dropped at once.
-  // async_read and async_write into / from a buffer start the operation
-  // without a coroutine around it: a read whose last batch decodes on the
-  // pool completes from there (see runtime.hpp), so a handler whose
-  // executor runs it inline (e.g. use_future's, or one bound to
-  // system_executor) runs on a codec thread; it must not throw.
+  // void(std::exception_ptr, NdArray) (after an error the NdArray's
+  // contents are unspecified). The caller keeps `out` / `in` alive until
+  // the handler runs. The handle may be dropped at once.
+  // They start the operation without a coroutine around it: a read whose
+  // last batch decodes on the pool completes from there (see runtime.hpp),
+  // so a handler whose executor runs it inline (e.g. use_future's, or one
+  // bound to system_executor) runs on a codec thread; it must not throw.
   template <class Token>
   auto async_read(Region region, MutableByteSpan out, Token&& token) const {
     return boost::asio::async_initiate<Token, void(std::exception_ptr)>(Initiate<&Array::start_read>{}, token,
@@ -244,7 +244,8 @@ class Array {
   }
   template <class Token>
   auto async_read(Region region, Token&& token) const {
-    return detail::async_spawn(get_executor(), read(std::move(region)), std::forward<Token>(token));
+    return boost::asio::async_initiate<Token, void(std::exception_ptr, NdArray)>(
+        Initiate<&Array::start_read_owned, NdArray>{}, token, state_, std::move(region));
   }
   template <class Token>
   auto async_write(Region region, ByteSpan in, Token&& token) const {
@@ -302,11 +303,13 @@ class Array {
                          detail::AnyCompletion<void> handler);
   static void start_write(std::shared_ptr<const State> st, Region region, ByteSpan in,
                           detail::AnyCompletion<void> handler);
-  template <auto Start>
+  static void start_read_owned(std::shared_ptr<const State> st, Region region,
+                               detail::AnyCompletion<NdArray> handler);
+  template <auto Start, class Result = void>
   struct Initiate {
-    template <class Handler, class Buffer>
-    void operator()(Handler&& handler, std::shared_ptr<const State> st, Region region, Buffer buf) const {
-      Start(std::move(st), std::move(region), buf, detail::AnyCompletion<void>(std::forward<Handler>(handler)));
+    template <class Handler, class... Buffer>
+    void operator()(Handler&& handler, std::shared_ptr<const State> st, Region region, Buffer... buf) const {
+      Start(std::move(st), std::move(region), buf..., detail::AnyCompletion<Result>(std::forward<Handler>(handler)));
     }
   };
   // The handle of the state `op` makes (a coroutine holding no handle).

@@ -8,8 +8,8 @@
 // Error (or a boost::system::system_error from Asio) is rethrown; a callback
 // receives it and may turn it into an error_code with to_error_code().
 // The operation runs as a coroutine on the given executor (the runtime's
-// io_context; Array::async_read and async_write into a buffer start theirs
-// directly, see array.hpp); the handler is invoked through its associated
+// io_context; Array::async_read and async_write start theirs directly, see
+// array.hpp); the handler is invoked through its associated
 // executor (default: that executor). Its associated cancellation slot is honoured:
 // see Array::async_read for what cancellation does. Its allocator is used
 // for the type-erased handler.
