@@ -1,6 +1,7 @@
 #include <zarrcoro/store/memory.hpp>
 
 #include <algorithm>
+#include <array>
 
 namespace zarrcoro {
 
@@ -28,24 +29,11 @@ awaitable<ReadResult> MemoryStore::read(std::string key, ReadOptions options) {
   co_return *MemoryStore::try_read_now(key, options);  // not virtual: always answers
 }
 
-std::optional<ReadResult> MemoryStore::try_read_now(const std::string& key, const ReadOptions& options) {
-  validate_key(key);
-  ReadResult r;
-  std::shared_ptr<const Bytes> value;
-  {
-    std::lock_guard lock(mu_);
-    const auto it = values_.find(key);
-    const Entry* e = it == values_.end() ? nullptr : &it->second;
-    r.generation = generation_of(e);
-    if (!options.if_equal.unknown() && options.if_equal != r.generation) {
-      r.changed = true;
-      return r;
-    }
-    if (e) value = e->bytes;
-  }
-  if (!value) return r;
-  const ByteExtent e = clip(options.range, value->size());
-  const auto first = value->begin() + static_cast<std::ptrdiff_t>(e.begin);
+// The range `options` selects from `value`, into `r`: copied to
+// options.into when it fits exactly and the store reads into, else returned.
+void MemoryStore::copy_out(const Bytes& value, const ReadOptions& options, ReadResult& r) const {
+  const ByteExtent e = clip(options.range, value.size());
+  const auto first = value.begin() + static_cast<std::ptrdiff_t>(e.begin);
   if (e.size() > 0 && e.size() == options.into.size() && reads_into()) {  // a subclass may say no
     std::copy_n(first, e.size(), options.into.begin());
     r.value.emplace();
@@ -53,7 +41,73 @@ std::optional<ReadResult> MemoryStore::try_read_now(const std::string& key, cons
   } else {
     r.value = Bytes(first, first + static_cast<std::ptrdiff_t>(e.size()));
   }
+}
+
+// Under mu_: looks `key` up and fills r's generation (and `changed`);
+// returns the entry when its value is to be copied.
+const MemoryStore::Entry* MemoryStore::look_up(const std::string& key, const ReadOptions& options,
+                                               ReadResult& r) const {
+  const auto it = values_.find(key);
+  const Entry* e = it == values_.end() ? nullptr : &it->second;
+  r.generation = generation_of(e);
+  if (!options.if_equal.unknown() && options.if_equal != r.generation) {
+    r.changed = true;
+    return nullptr;
+  }
+  return e;
+}
+
+std::optional<ReadResult> MemoryStore::try_read_now(const std::string& key, const ReadOptions& options) {
+  validate_key(key);
+  ReadResult r;
+  std::shared_ptr<const Bytes> value;
+  {
+    std::lock_guard lock(mu_);
+    if (const Entry* e = look_up(key, options, r)) value = e->bytes;
+  }
+  if (value) copy_out(*value, options, r);
   return r;
+}
+
+void MemoryStore::try_read_now_many(std::span<const std::string> keys, std::span<const ReadOptions> options,
+                                    std::span<ReadNow> out) {
+  // One lock per group of keys. Values are copied under it up to a budget
+  // of bytes per group (no reference count taken, so the lookups of a
+  // group overlap in the memory system), the others after it is released:
+  // a writer waits for at most a group's lookups and copies.
+  constexpr std::size_t kGroup = 64;
+  constexpr std::size_t kBytesUnderLock = 64 * 1024;
+  std::array<std::shared_ptr<const Bytes>, kGroup> later;
+  for (std::size_t first = 0; first < keys.size(); first += kGroup) {
+    const std::size_t n = std::min(kGroup, keys.size() - first);
+    std::size_t budget = kBytesUnderLock;
+    for (std::size_t k = first; k < first + n; ++k) {
+      out[k] = {};
+      try {
+        validate_key(keys[k]);
+        out[k].result.emplace();
+      } catch (...) {
+        out[k].error = std::current_exception();
+      }
+    }
+    {
+      std::lock_guard lock(mu_);
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::size_t k = first + i;
+        if (!out[k].result) continue;
+        const Entry* e = look_up(keys[k], options[k], *out[k].result);
+        if (!e) continue;
+        if (e->bytes->size() > budget) {
+          later[i] = e->bytes;
+          continue;
+        }
+        budget -= e->bytes->size();
+        copy_out(*e->bytes, options[k], *out[k].result);
+      }
+    }
+    for (std::size_t i = 0; i < n; ++i)
+      if (later[i]) copy_out(*std::exchange(later[i], nullptr), options[first + i], *out[first + i].result);
+  }
 }
 
 awaitable<std::optional<Generation>> MemoryStore::write(std::string key, std::optional<Bytes> value,

@@ -22,6 +22,10 @@ class InPlaceStore : public MemoryStore {
     if (r && r->in_place) ++in_place;
     return r;
   }
+  void try_read_now_many(std::span<const std::string> keys, std::span<const ReadOptions> options,
+                         std::span<ReadNow> out) override {
+    Store::try_read_now_many(keys, options, out);  // the try_read_now above per key
+  }
   awaitable<ReadResult> read(std::string key, ReadOptions options) override {
     co_return *try_read_now(key, options);
   }

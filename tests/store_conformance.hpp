@@ -475,6 +475,55 @@ inline void run_store_conformance(
     }
   }
 
+  SECTION("try_read_now_many honours each key's own options across many keys, small and large values") {
+    // More keys than one lock's group (MemoryStore looks keys up 64 at a
+    // time), some values over a group's budget of bytes copied under it.
+    std::vector<std::string> keys;
+    std::vector<Bytes> values;
+    for (int i = 0; i < 150; ++i) {
+      keys.push_back("n/" + std::to_string(i));
+      values.push_back(i % 37 == 5 ? Bytes(70 * 1024, static_cast<std::byte>(i)) : bytes_of("value " + std::to_string(i)));
+      h.set(keys.back(), values.back());
+    }
+    const bool versioned = !h.read(keys[0]).generation.unknown();
+    // By k % 4: the whole value, bytes [2, 5), on the condition that the key
+    // be absent (it is not), into a buffer of the value's size.
+    std::vector<ReadOptions> options(keys.size());
+    std::vector<Bytes> buffers(keys.size());
+    for (std::size_t k = 0; k < keys.size(); ++k) {
+      if (k % 4 == 1) options[k].range = ByteRange::from(2, 3);
+      if (k % 4 == 2 && versioned) options[k].if_equal = Generation::absent();
+      if (k % 4 == 3) {
+        buffers[k] = Bytes(values[k].size(), std::byte{0xEE});
+        options[k].into = buffers[k];
+      }
+    }
+    std::vector<ReadNow> out(keys.size());
+    h.store->try_read_now_many(keys, options, out);
+    for (std::size_t k = 0; k < keys.size(); ++k) {
+      INFO(keys[k]);
+      CHECK_FALSE(out[k].error);
+      if (!out[k].result) continue;  // not at once: the caller reads
+      const ReadResult& r = *out[k].result;
+      if (k % 4 == 2 && versioned) {
+        CHECK(r.changed);
+        CHECK_FALSE(r.value);
+        continue;
+      }
+      CHECK_FALSE(r.changed);
+      REQUIRE(r.value);
+      if (versioned) CHECK(r.generation == h.read(keys[k]).generation);
+      if (k % 4 == 1) {
+        CHECK(*r.value == Bytes(values[k].begin() + 2, values[k].begin() + 5));
+      } else if (k % 4 == 3 && h.store->reads_into()) {
+        CHECK(r.in_place);
+        CHECK(buffers[k] == values[k]);
+      } else {
+        CHECK(*r.value == values[k]);
+      }
+    }
+  }
+
   SECTION("read and try_read_now fill ReadOptions::into when the range fits it exactly, else return the value") {
     const Bytes small = bytes_of("0123456789");
     Bytes large(600 * 1024);  // read on a file store's pool, not at once

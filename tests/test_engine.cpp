@@ -864,7 +864,7 @@ class SplitStore : public MemoryStore {
   void try_read_now_many(std::span<const std::string> keys, std::span<const ReadOptions> options,
                          std::span<ReadNow> out) override {
     if (fail_many) throw std::bad_alloc();
-    MemoryStore::try_read_now_many(keys, options, out);
+    Store::try_read_now_many(keys, options, out);  // this try_read_now per key
   }
   std::optional<ReadResult> try_read_now(const std::string& key, const ReadOptions& options) override {
     if (key == fail_key) throw StoreError(key, "", "injected failure");

@@ -398,6 +398,10 @@ TEST_CASE("a large whole shard is read in place by one range only where its inde
       plain.into = {};
       return MemoryStore::try_read_now(key, plain);
     }
+    void try_read_now_many(std::span<const std::string> keys, std::span<const ReadOptions> options,
+                           std::span<ReadNow> out) override {
+      Store::try_read_now_many(keys, options, out);  // this try_read_now per key
+    }
     awaitable<ReadResult> read(std::string key, ReadOptions options) override { co_return *try_read_now(key, options); }
   };
   const int kind = GENERATE(0, 1, 2);  // in-place memory store, filesystem store, declining store
