@@ -1000,7 +1000,7 @@ int run(const Options& opt) {
       std::printf("  batched dispatch overhead < 1 us/chunk (engine - memcpy): %6.3f us/chunk   %s\n",
                   *batched_overhead_ns / 1000, verdict(*batched_overhead_ns < 1000));
       std::printf("    of which the pool hop itself (batched - inline): %.3f us/chunk; the rest is the\n"
-                  "    engine's per-chunk path shared by every mode (store get, a coroutine per chunk, ...)\n",
+                  "    engine's per-chunk path shared by every mode (planning, the store lookup and copy, ...)\n",
                   *pool_hop_ns / 1000);
       std::printf("    (read in place from a MemoryStore, default options, no hop: %.3f us/chunk)\n", *in_place_ns / 1000);
     }
