@@ -509,16 +509,21 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
     for (auto i : ids)
       if (!task(i).error) batch->tasks.push_back(&task(i));
     auto self = shared_from_this();
-    if (is_last_batch(n) && !engine_.scheduler.runs_inline(*batch)) {
-      handed_off_ = true;
-      done_.notify();  // run() returns without completing
+    const bool hand_off = is_last_batch(n) && !engine_.scheduler.runs_inline(*batch);
+    if (hand_off) {
       batch->on_done = [self, ids = std::move(ids)] { self->complete_on_pool(ids); };
     } else {
       batch->on_done = [self, ids = std::move(ids)]() mutable {
         asio::co_spawn(self->strand_, after_batch(self, std::move(ids)), asio::detached);
       };
     }
+    // Handed off only once submitted: should submit throw (out of memory),
+    // run() fails the op with that error.
     engine_.scheduler.submit(std::move(batch));
+    if (hand_off) {
+      handed_off_ = true;
+      done_.notify();  // run() returns without completing
+    }
   }
 
   // Whether a batch of n chunks would end the op with its codec work:

@@ -97,6 +97,7 @@ bool Scheduler::runs_inline(const TaskBatch& batch) const {
 }
 
 void Scheduler::submit(std::shared_ptr<TaskBatch> batch) {
+  if (submit_hook) submit_hook();
   if (batch->tasks.empty()) {
     batch->on_done();
     return;

@@ -91,6 +91,9 @@ class Scheduler {
   // Tests only: called on the pool thread before each part of a split task
   // runs. Set it while no job runs.
   std::function<void(const ChunkTask&, std::size_t part)> part_hook;
+  // Tests only: called first in submit(), which it may make throw (as an
+  // allocation there may). Set it while no call runs.
+  std::function<void()> submit_hook;
 
  private:
   struct PoolJob;

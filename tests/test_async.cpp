@@ -515,6 +515,23 @@ TEST_CASE("a callback of a read handed off to the pool still runs when the Runti
   CHECK(back == shard.data);
 }
 
+// A read whose last batch cannot be queued for the pool (out of memory)
+// fails with that error. (It hung: the op was marked handed off before the
+// submission threw, so nothing completed it.)
+TEST_CASE("a read whose last batch fails to be submitted completes with the error instead of hanging",
+          "[async][regression]") {
+  Runtime rt({.codec_threads = 1});
+  OneShard shard(rt);
+  rt.engine().scheduler.submit_hook = [] { throw std::bad_alloc(); };
+  std::vector<std::int32_t> back(OneShard::kN);
+  auto done = shard.array.async_read(Region::all({OneShard::kN}), as_writable(back), asio::use_future);
+  REQUIRE(done.wait_for(test::scaled(30s)) == std::future_status::ready);
+  CHECK_THROWS_AS(done.get(), std::bad_alloc);
+  rt.engine().scheduler.submit_hook = nullptr;
+  shard.array.read_blocking(Region::all({OneShard::kN}), as_writable(back));
+  CHECK(back == shard.data);
+}
+
 // Once handed to the pool, a read still honours cancellation: the inner
 // chunks not yet begun are skipped, and it completes with Cancelled even
 // when the cancel comes during its very last piece of codec work.
