@@ -20,8 +20,6 @@ void spawn(boost::asio::any_io_executor ex, boost::asio::awaitable<T> op, AnyCom
 template void spawn<void>(boost::asio::any_io_executor, boost::asio::awaitable<void>, AnyCompletion<void>);
 template void spawn<Array>(boost::asio::any_io_executor, boost::asio::awaitable<Array>, AnyCompletion<Array>);
 template void spawn<Group>(boost::asio::any_io_executor, boost::asio::awaitable<Group>, AnyCompletion<Group>);
-template void spawn<NdArray>(boost::asio::any_io_executor, boost::asio::awaitable<NdArray>,
-                             AnyCompletion<NdArray>);
 template void spawn<std::vector<NodeEntry>>(boost::asio::any_io_executor,
                                             boost::asio::awaitable<std::vector<NodeEntry>>,
                                             AnyCompletion<std::vector<NodeEntry>>);

@@ -1,7 +1,8 @@
 // The blocking API: run an awaitable on the runtime's io_context and wait
-// for it (Array::read_blocking and write_blocking start their op directly
-// instead), refusing to do so from a runtime thread (the wait would block
-// the very thread that has to make progress).
+// for it (Array's read_blocking, write_blocking, read_strings_blocking and
+// write_strings_blocking start their op directly instead), refusing to do
+// so from a runtime thread (the wait would block the very thread that has
+// to make progress).
 #pragma once
 
 #include <boost/asio/co_spawn.hpp>

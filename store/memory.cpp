@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cassert>
 
 namespace zarrcoro {
 
@@ -75,8 +76,18 @@ void MemoryStore::try_read_now_many(std::span<const std::string> keys, std::span
   // of bytes per group (no reference count taken, so the lookups of a
   // group overlap in the memory system), the others after it is released:
   // a writer waits for at most a group's lookups and copies.
+  assert(options.size() == keys.size() && out.size() == keys.size());
   constexpr std::size_t kGroup = 64;
-  constexpr std::size_t kBytesUnderLock = 64 * 1024;
+  constexpr std::size_t kBytesUnderLock = 16 * 1024;
+  // A key's error (out of memory for its copy) is that key's answer.
+  auto answer = [&](std::size_t k, const Bytes& value) {
+    try {
+      copy_out(value, options[k], *out[k].result);
+    } catch (...) {
+      out[k] = {};
+      out[k].error = std::current_exception();
+    }
+  };
   std::array<std::shared_ptr<const Bytes>, kGroup> later;
   for (std::size_t first = 0; first < keys.size(); first += kGroup) {
     const std::size_t n = std::min(kGroup, keys.size() - first);
@@ -102,11 +113,11 @@ void MemoryStore::try_read_now_many(std::span<const std::string> keys, std::span
           continue;
         }
         budget -= e->bytes->size();
-        copy_out(*e->bytes, options[k], *out[k].result);
+        answer(k, *e->bytes);
       }
     }
     for (std::size_t i = 0; i < n; ++i)
-      if (later[i]) copy_out(*std::exchange(later[i], nullptr), options[first + i], *out[first + i].result);
+      if (later[i]) answer(first + i, *std::exchange(later[i], nullptr));
   }
 }
 

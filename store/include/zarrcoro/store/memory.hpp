@@ -3,10 +3,10 @@
 // Thread-safety: every method may be called concurrently from any thread; a
 // single mutex guards the map. Values are immutable once stored (shared
 // between the map and in-flight readers), so a get copies its range outside
-// the lock and a concurrent set never tears it (try_read_now_many copies
-// up to 64 KiB of each group of 64 keys under the lock, the rest outside). Every stored value carries a
-// version number unique within the store (its Generation); conditional reads
-// and writes compare it under the mutex.
+// the lock and a concurrent set never tears it (try_read_now_many copies up
+// to 16 KiB of each group of 64 keys under the lock, the rest outside).
+// Every stored value carries a version number unique within the store (its
+// Generation); conditional reads and writes compare it under the mutex.
 //
 // Cost: a read, write or exists is one hash lookup in an open-addressing
 // table (constant time); a read whose range fits ReadOptions::into exactly
