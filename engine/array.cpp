@@ -502,10 +502,12 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
   }
 
   void submit(std::size_t n) {
+    // Everything that allocates comes first: until the chunks leave
+    // pending_, a throw (out of memory) loses none of them.
+    const auto first = pending_.begin(), last = pending_.begin() + static_cast<std::ptrdiff_t>(n);
     auto batch = std::make_shared<detail::TaskBatch>();
-    std::vector<std::size_t> ids(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(n));
-    pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(n));
-    for (auto i : ids) pending_weight_ -= weight(i);
+    std::vector<std::size_t> ids(first, last);
+    batch->tasks.reserve(n);
     for (auto i : ids)
       if (!task(i).error) batch->tasks.push_back(&task(i));
     auto self = shared_from_this();
@@ -517,8 +519,10 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
         asio::co_spawn(self->strand_, after_batch(self, std::move(ids)), asio::detached);
       };
     }
-    // Handed off only once submitted: should submit throw (out of memory),
-    // run() fails the op with that error.
+    for (auto it = first; it != last; ++it) pending_weight_ -= weight(*it);
+    pending_.erase(first, last);
+    // submit() does not throw; a batch it cannot hand to the pool completes
+    // with the error in its tasks, possibly before it returns.
     engine_.scheduler.submit(std::move(batch));
     if (hand_off) {
       handed_off_ = true;

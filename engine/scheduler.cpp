@@ -97,7 +97,12 @@ bool Scheduler::runs_inline(const TaskBatch& batch) const {
 }
 
 void Scheduler::submit(std::shared_ptr<TaskBatch> batch) {
-  if (submit_hook) submit_hook();
+  // Out of memory here fails the batch's tasks, rather than losing them.
+  try {
+    if (fault_hook) fault_hook("submit");
+  } catch (...) {
+    return fail(*batch, std::current_exception());
+  }
   if (batch->tasks.empty()) {
     batch->on_done();
     return;
@@ -106,30 +111,69 @@ void Scheduler::submit(std::shared_ptr<TaskBatch> batch) {
     run_inline(*batch);
     return;
   }
-  if (options_.dispatch == Dispatch::per_chunk) {
-    // One pool submission per chunk (what the design avoids, for comparison);
-    // the last task to finish completes the batch.
-    auto left = std::make_shared<std::atomic<std::size_t>>(batch->tasks.size());
-    for (auto* t : batch->tasks) {
-      counters_.pool_submissions.fetch_add(1, std::memory_order_relaxed);
-      counters_.queue_depth.fetch_add(1, std::memory_order_relaxed);
-      boost::asio::post(pool_, [this, t, batch, left] {
-        run_task(*t);
-        counters_.queue_depth.fetch_sub(1, std::memory_order_relaxed);
-        if (left->fetch_sub(1, std::memory_order_acq_rel) == 1) batch->on_done();
-      });
-    }
-    return;
-  }
-  bool post_flush = false;
+  if (options_.dispatch == Dispatch::per_chunk) return submit_per_chunk(std::move(batch));
   {
-    std::lock_guard lk(mu_);
-    queue_.push_back(std::move(batch));
-    if (!flush_posted_) flush_posted_ = post_flush = true;
+    std::unique_lock lk(mu_);
+    try {
+      queue_.push_back(batch);
+    } catch (...) {
+      lk.unlock();
+      return fail(*batch, std::current_exception());
+    }
+    if (flush_posted_) return;
+    flush_posted_ = true;
   }
   // Deferred to the end of this io_context turn, so that batches submitted by
-  // concurrent calls in the same turn share pool submissions.
-  if (post_flush) boost::asio::post(io_, [this] { flush(); });
+  // concurrent calls in the same turn share pool submissions. If it cannot
+  // be posted, nothing else would flush the queue: flush it now.
+  try {
+    if (fault_hook) fault_hook("post");
+    boost::asio::post(io_, [this] { flush(); });
+  } catch (...) {
+    flush();
+  }
+}
+
+// One pool submission per chunk (what the design avoids, for comparison);
+// the last task to finish completes the batch. Tasks that cannot be posted
+// fail.
+void Scheduler::submit_per_chunk(std::shared_ptr<TaskBatch> batch) {
+  std::shared_ptr<std::atomic<std::size_t>> left;
+  try {
+    left = std::make_shared<std::atomic<std::size_t>>(batch->tasks.size());
+  } catch (...) {
+    return fail(*batch, std::current_exception());
+  }
+  auto one_done = [this, batch, left] {
+    if (left->fetch_sub(1, std::memory_order_acq_rel) == 1) batch->on_done();
+  };
+  for (std::size_t i = 0; i < batch->tasks.size(); ++i) {
+    ChunkTask* t = batch->tasks[i];
+    try {
+      counters_.queue_depth.fetch_add(1, std::memory_order_relaxed);
+      boost::asio::post(pool_, [this, t, one_done] {
+        run_task(*t);
+        counters_.queue_depth.fetch_sub(1, std::memory_order_relaxed);
+        one_done();
+      });
+      counters_.pool_submissions.fetch_add(1, std::memory_order_relaxed);
+    } catch (...) {
+      counters_.queue_depth.fetch_sub(1, std::memory_order_relaxed);
+      const auto e = std::current_exception();
+      for (std::size_t j = i; j < batch->tasks.size(); ++j) {
+        if (!batch->tasks[j]->error) batch->tasks[j]->error = e;
+        one_done();
+      }
+      return;
+    }
+  }
+}
+
+// Completes a batch that never reached the pool: its tasks fail with `e`.
+void Scheduler::fail(TaskBatch& batch, const std::exception_ptr& e) {
+  for (auto* t : batch.tasks)
+    if (!t->error) t->error = e;
+  batch.on_done();
 }
 
 void Scheduler::flush() {
@@ -141,11 +185,13 @@ void Scheduler::flush() {
   }
   // Every batch of this turn goes into one job (each job is a post, and on a
   // virtual machine the wake-up it causes costs microseconds); only
-  // batch_bytes splits them.
+  // batch_bytes splits them. The batches of queue[posted..) are in no job.
+  std::size_t posted = 0;
   std::vector<std::shared_ptr<TaskBatch>> group;
   std::size_t bytes = 0;
   auto emit = [&] {
     if (group.empty()) return;
+    if (fault_hook) fault_hook("flush");
     auto job = std::make_shared<PoolJob>();
     job->batches = std::move(group);
     job->left = std::vector<std::atomic<std::size_t>>(job->batches.size());
@@ -160,32 +206,48 @@ void Scheduler::flush() {
       }
     }
     if (job->units > job->items.size()) job->splits = std::vector<PoolJob::Split>(job->items.size());
+    const std::size_t n = job->batches.size();
     post_job(std::move(job));
+    posted += n;
     group.clear();
     bytes = 0;
   };
-  for (auto& b : queue) {
-    const std::size_t nb = b->bytes();
-    if (!group.empty() && bytes + nb > options_.batch_bytes) emit();
-    group.push_back(std::move(b));
-    bytes += nb;
+  try {
+    for (const auto& b : queue) {
+      const std::size_t nb = b->bytes();
+      if (!group.empty() && bytes + nb > options_.batch_bytes) emit();
+      group.push_back(b);
+      bytes += nb;
+    }
+    emit();
+  } catch (...) {  // out of memory: what is in no job fails, rather than never completing
+    for (std::size_t i = posted; i < queue.size(); ++i) fail(*queue[i], std::current_exception());
   }
-  emit();
 }
 
 void Scheduler::post_job(std::shared_ptr<PoolJob> job) {
   counters_.pool_submissions.fetch_add(1, std::memory_order_relaxed);
   counters_.queue_depth.fetch_add(1, std::memory_order_relaxed);
-  boost::asio::post(pool_, [this, job = std::move(job)] {
-    // Fan out: let idle pool threads help with the rest of this job.
-    const std::size_t helpers =
-        std::min<std::size_t>({job->units, pool_threads_, job->bytes / kFanoutBytes + 1}) - 1;
-    for (std::size_t i = 0; i < helpers; ++i) {
-      counters_.fanout_posts.fetch_add(1, std::memory_order_relaxed);
-      boost::asio::post(pool_, [this, job] { run_job(job); });
-    }
-    run_job(job);
-  });
+  try {
+    boost::asio::post(pool_, [this, job = std::move(job)] {
+      // Fan out: let idle pool threads help with the rest of this job (if a
+      // helper cannot be posted, those already posted and this thread do it).
+      const std::size_t helpers =
+          std::min<std::size_t>({job->units, pool_threads_, job->bytes / kFanoutBytes + 1}) - 1;
+      try {
+        for (std::size_t i = 0; i < helpers; ++i) {
+          boost::asio::post(pool_, [this, job] { run_job(job); });
+          counters_.fanout_posts.fetch_add(1, std::memory_order_relaxed);
+        }
+      } catch (...) {
+      }
+      run_job(job);
+    });
+  } catch (...) {
+    counters_.pool_submissions.fetch_sub(1, std::memory_order_relaxed);
+    counters_.queue_depth.fetch_sub(1, std::memory_order_relaxed);
+    throw;
+  }
 }
 
 void Scheduler::run_job(const std::shared_ptr<PoolJob>& job) {

@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <vector>
 
 #include <boost/asio/any_io_executor.hpp>
@@ -81,6 +82,8 @@ class Scheduler {
             const RuntimeOptions& options, std::function<bool()> on_io_thread);
 
   // Call from an I/O thread. May run the batch before returning (inline).
+  // Does not throw: the batch's on_done runs exactly once, with the error
+  // in the tasks that could not be handed to the pool (out of memory).
   void submit(std::shared_ptr<TaskBatch> batch);
   // Whether submit() would run `batch` before returning, on the calling
   // thread (nothing to compute and small, an empty batch, Dispatch::inline_io).
@@ -91,13 +94,17 @@ class Scheduler {
   // Tests only: called on the pool thread before each part of a split task
   // runs. Set it while no job runs.
   std::function<void(const ChunkTask&, std::size_t part)> part_hook;
-  // Tests only: called first in submit(), which it may make throw (as an
-  // allocation there may). Set it while no call runs.
-  std::function<void()> submit_hook;
+  // Tests only: called at `point` "submit" (first in submit()), "post"
+  // (before submit() posts the deferred flush) and "flush" (before flush()
+  // builds each pool job); it may throw there, as an allocation there may.
+  // Set it while no call runs.
+  std::function<void(std::string_view point)> fault_hook;
 
  private:
   struct PoolJob;
+  void submit_per_chunk(std::shared_ptr<TaskBatch> batch);
   void flush();
+  void fail(TaskBatch& batch, const std::exception_ptr& e);
   void post_job(std::shared_ptr<PoolJob> job);
   void run_job(const std::shared_ptr<PoolJob>& job);
   bool start_split(PoolJob& job, std::size_t i);

@@ -516,20 +516,61 @@ TEST_CASE("a callback of a read handed off to the pool still runs when the Runti
 }
 
 // A read whose last batch cannot be queued for the pool (out of memory)
-// fails with that error. (It hung: the op was marked handed off before the
-// submission threw, so nothing completed it.)
-TEST_CASE("a read whose last batch fails to be submitted completes with the error instead of hanging",
+// fails with that error and gives its memory budget back. (It hung: the op
+// was marked handed off before the submission threw, so nothing completed
+// it; then the submission's throw kept the batch's budget for good.)
+TEST_CASE("a read whose last batch fails to be submitted completes with the error and returns its budget",
           "[async][regression]") {
-  Runtime rt({.codec_threads = 1});
+  RuntimeOptions options;
+  options.codec_threads = 1;
+  options.max_inflight_bytes = OneShard::kN * sizeof(std::int32_t);  // one shard: a leak would block the next read
+  Runtime rt(options);
   OneShard shard(rt);
-  rt.engine().scheduler.submit_hook = [] { throw std::bad_alloc(); };
+  rt.engine().scheduler.fault_hook = [](std::string_view point) {
+    if (point == "submit") throw std::bad_alloc();
+  };
   std::vector<std::int32_t> back(OneShard::kN);
   auto done = shard.array.async_read(Region::all({OneShard::kN}), as_writable(back), asio::use_future);
   REQUIRE(done.wait_for(test::scaled(30s)) == std::future_status::ready);
   CHECK_THROWS_AS(done.get(), std::bad_alloc);
-  rt.engine().scheduler.submit_hook = nullptr;
-  shard.array.read_blocking(Region::all({OneShard::kN}), as_writable(back));
+  rt.engine().scheduler.fault_hook = nullptr;
+  auto again = shard.array.async_read(Region::all({OneShard::kN}), as_writable(back), asio::use_future);
+  REQUIRE(again.wait_for(test::scaled(30s)) == std::future_status::ready);
+  again.get();
   CHECK(back == shard.data);
+}
+
+// Past submit(), the scheduler itself may fail to allocate: posting its
+// deferred flush (it then flushes at once) or building a pool job (the
+// batches in no job fail with the error). Either way every read completes,
+// and the reads after it too.
+TEST_CASE("a scheduler that cannot post its flush or build a pool job fails no read silently and keeps working",
+          "[async][regression]") {
+  const std::string point = GENERATE("post", "flush");
+  CAPTURE(point);
+  RuntimeOptions options;
+  options.codec_threads = 1;
+  options.max_inflight_bytes = OneShard::kN * sizeof(std::int32_t);  // one shard: a leak would block the next read
+  Runtime rt(options);
+  OneShard shard(rt);
+  rt.engine().scheduler.fault_hook = [point](std::string_view at) {
+    if (at == point) throw std::bad_alloc();
+  };
+  std::vector<std::int32_t> back(OneShard::kN, -1);
+  auto first = shard.array.async_read(Region::all({OneShard::kN}), as_writable(back), asio::use_future);
+  REQUIRE(first.wait_for(test::scaled(30s)) == std::future_status::ready);
+  rt.engine().scheduler.fault_hook = nullptr;
+  if (point == "post") {  // flushed at once instead: the read is whole
+    first.get();
+    CHECK(back == shard.data);
+  } else {
+    CHECK_THROWS_AS(first.get(), std::bad_alloc);
+  }
+  std::vector<std::int32_t> again(OneShard::kN, -1);
+  auto second = shard.array.async_read(Region::all({OneShard::kN}), as_writable(again), asio::use_future);
+  REQUIRE(second.wait_for(test::scaled(30s)) == std::future_status::ready);
+  second.get();
+  CHECK(again == shard.data);
 }
 
 // Once handed to the pool, a read still honours cancellation: the inner
