@@ -62,6 +62,16 @@ bool is_temp_name(std::string_view name) {
          std::all_of(tail.begin(), tail.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
 }
 
+// validate_key, and no key's last segment may be named like a temporary
+// file: list() would hide it, remove it after an hour, and a read could see
+// a write in progress.
+void check_key(const std::string& key) {
+  validate_key(key);
+  const auto slash = key.rfind('/');
+  if (is_temp_name(slash == std::string::npos ? std::string_view(key) : std::string_view(key).substr(slash + 1)))
+    throw InvalidArgument(key, "key", "names of the form .<name>.tmp.<16 hex digits> are the filesystem store's temporary files");
+}
+
 std::string temp_name(const std::string& name) {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   static constexpr char digits[] = "0123456789abcdef";
@@ -427,7 +437,7 @@ int FilesystemStore::open_for_read(const std::string& key, struct stat& st) cons
 FilesystemStore::OpenFile::~OpenFile() { close_fd(fd_); }
 
 std::optional<FilesystemStore::OpenFile> FilesystemStore::open_file(const std::string& key) const {
-  validate_key(key);
+  check_key(key);
   struct stat st {};
   const int fd = open_for_read(key, st);
   if (fd < 0) return std::nullopt;
@@ -856,7 +866,7 @@ std::optional<ReadResult> FilesystemStore::read_whole_now(const std::string& key
 // that fits ReadOptions::into, or size_hint, when the caller needs no
 // generation.
 std::optional<ReadResult> FilesystemStore::try_read_now(const std::string& key, const ReadOptions& options) {
-  validate_key(key);
+  check_key(key);
   if (!uses_io_uring()) return std::nullopt;
   if (!options.need_generation && options.if_equal.unknown() && options.range.kind == ByteRange::Kind::full &&
       nowait_reads_.load(std::memory_order_relaxed)) {
@@ -909,7 +919,7 @@ void FilesystemStore::try_read_now_many(std::span<const std::string> keys, std::
 // one is copied by a blocking read on the pool (io_uring would copy
 // page-cached data inline, on the submitting I/O thread).
 awaitable<ReadResult> FilesystemStore::read(std::string key, ReadOptions options) {
-  validate_key(key);
+  check_key(key);
   if (!uses_io_uring()) {
     auto job = std::bind_front(&FilesystemStore::read_now, this, std::move(key), std::move(options));
     co_return co_await offload(std::move(job));
@@ -955,7 +965,7 @@ awaitable<ReadResult> FilesystemStore::read(std::string key, ReadOptions options
 // durable ones (which flush) and every blocking fallback run on the pool.
 awaitable<std::optional<Generation>> FilesystemStore::write(std::string key, std::optional<Bytes> value,
                                                             WriteOptions options) {
-  validate_key(key);
+  check_key(key);
   const bool inline_commit = options.if_equal.unknown() && !durable_;
   if (!value) {
     if (uses_io_uring() && inline_commit) {
@@ -1017,7 +1027,7 @@ awaitable<void> FilesystemStore::set(std::string key, Bytes value) {
 awaitable<void> FilesystemStore::erase(std::string key) { return set_by_write(std::move(key), std::nullopt); }
 
 awaitable<bool> FilesystemStore::exists(std::string key) {
-  validate_key(key);
+  check_key(key);
   if (uses_io_uring()) co_return exists_now(key);
   auto job = std::bind_front(&FilesystemStore::exists_now, this, std::move(key));
   co_return co_await offload(std::move(job));

@@ -276,6 +276,19 @@ TEST_CASE("FilesystemStore: layout and atomic replace and errors", "[stores][fil
     CHECK(h.list("") == Strings{".zattrs", "a/.c.tmp.not-hex-at-all"});
   }
 
+  SECTION("a key named like a temporary file is refused, so list never hides it nor removes it") {
+    for (const std::string key : {".c.tmp.0123456789abcdef", "a/.c.tmp.0123456789ABCDEF"}) {
+      CAPTURE(key);
+      CHECK_THROWS_AS(h.set(key, "v"), InvalidArgument);
+      CHECK_THROWS_AS(h.get(key), InvalidArgument);
+      CHECK_THROWS_AS(h.exists(key), InvalidArgument);
+      CHECK_THROWS_AS(h.erase(key), InvalidArgument);
+    }
+    h.set("a/.c.tmp.0123", "short: a key");
+    h.set(".c.tmp.0123456789abcdef/x", "a directory of that name: a key");
+    CHECK(h.list("") == Strings{".c.tmp.0123456789abcdef/x", "a/.c.tmp.0123"});
+  }
+
   SECTION("stale temporary files left by a killed writer are removed by list") {
     spit(root / "a/.c.tmp.0123456789abcdef", "left by a writer killed an hour ago");
     spit(root / "a/.d.tmp.fedcba9876543210", "a write in progress");
