@@ -181,7 +181,8 @@ namespace {
 // handed off to it (see submit): the pool thread that runs the batch's last
 // task completes the operation, so a read costs no hop back to the I/O
 // thread; from then on the strand touches nothing that the pool thread does
-// (cancel() only sets cancel_flag_).
+// (cancel() only sets cancel_flag_). (If the scheduler cannot hand the batch
+// to the pool, it completes the op on the I/O thread, within submit.)
 class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
  public:
   // The op's state is touched only from this executor: the io_context's own
@@ -502,8 +503,8 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
   }
 
   void submit(std::size_t n) {
-    // Everything that allocates comes first: until the chunks leave
-    // pending_, a throw (out of memory) loses none of them.
+    // Everything that allocates comes first: a throw (out of memory) leaves
+    // the chunks in pending_, and run() fails the op.
     const auto first = pending_.begin(), last = pending_.begin() + static_cast<std::ptrdiff_t>(n);
     auto batch = std::make_shared<detail::TaskBatch>();
     std::vector<std::size_t> ids(first, last);
@@ -537,7 +538,8 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
     return remaining_ == n && !cancelled_ && !has_finish() && !has_after_all();
   }
 
-  // The op's end on the pool thread that ran its last batch (handed_off_).
+  // The op's end on the pool thread that ran its last batch (handed_off_),
+  // or on the I/O thread if the scheduler could not hand that batch over.
   void complete_on_pool(const std::vector<std::size_t>& ids) {
     if (cancel_flag_.load(std::memory_order_relaxed)) fail(cancelled_error());
     for (auto i : ids) {
@@ -549,7 +551,7 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
   }
 
   // Dispatches the handler; exactly once, from the strand or (handed off)
-  // the pool. Callers free the tables per chunk first where no chunk stage
+  // complete_on_pool. Callers free the tables per chunk first where no chunk stage
   // can still use them: the thread that completes the op may still hold it
   // when the caller's next call makes its own, which then takes their
   // blocks from the cache instead of faulting in new ones.

@@ -50,6 +50,18 @@ namespace {
 // splits into parts of at least about this many bytes, too.
 constexpr std::size_t kFanoutBytes = std::size_t{64} << 10;
 
+// Runs a batch's on_done, which should not throw (see TaskBatch): a throw is
+// logged rather than left to end the thread.
+void complete(TaskBatch& batch) noexcept {
+  try {
+    batch.on_done();
+  } catch (const std::exception& x) {
+    spdlog::error("zarrcoro: a batch's completion threw: {}", x.what());
+  } catch (...) {
+    spdlog::error("zarrcoro: a batch's completion threw");
+  }
+}
+
 // Marks a task that was cancelled before it ran; true if it was.
 bool skip_cancelled(ChunkTask& task) {
   if (!task.is_cancelled()) return false;
@@ -88,7 +100,7 @@ void Scheduler::run_task(ChunkTask& task) {
 void Scheduler::run_inline(TaskBatch& batch) {
   counters_.inline_batches.fetch_add(1, std::memory_order_relaxed);
   for (auto* t : batch.tasks) run_task(*t);
-  batch.on_done();
+  complete(batch);
 }
 
 bool Scheduler::runs_inline(const TaskBatch& batch) const {
@@ -104,7 +116,7 @@ void Scheduler::submit(std::shared_ptr<TaskBatch> batch) {
     return fail(*batch, std::current_exception());
   }
   if (batch->tasks.empty()) {
-    batch->on_done();
+    complete(*batch);
     return;
   }
   if (runs_inline(*batch)) {
@@ -144,13 +156,14 @@ void Scheduler::submit_per_chunk(std::shared_ptr<TaskBatch> batch) {
   } catch (...) {
     return fail(*batch, std::current_exception());
   }
-  auto one_done = [this, batch, left] {
-    if (left->fetch_sub(1, std::memory_order_acq_rel) == 1) batch->on_done();
+  auto one_done = [batch, left] {
+    if (left->fetch_sub(1, std::memory_order_acq_rel) == 1) complete(*batch);
   };
   for (std::size_t i = 0; i < batch->tasks.size(); ++i) {
     ChunkTask* t = batch->tasks[i];
     try {
       counters_.queue_depth.fetch_add(1, std::memory_order_relaxed);
+      if (fault_hook) fault_hook("post_chunk");
       boost::asio::post(pool_, [this, t, one_done] {
         run_task(*t);
         counters_.queue_depth.fetch_sub(1, std::memory_order_relaxed);
@@ -173,7 +186,7 @@ void Scheduler::submit_per_chunk(std::shared_ptr<TaskBatch> batch) {
 void Scheduler::fail(TaskBatch& batch, const std::exception_ptr& e) {
   for (auto* t : batch.tasks)
     if (!t->error) t->error = e;
-  batch.on_done();
+  complete(batch);
 }
 
 void Scheduler::flush() {
@@ -229,6 +242,7 @@ void Scheduler::post_job(std::shared_ptr<PoolJob> job) {
   counters_.pool_submissions.fetch_add(1, std::memory_order_relaxed);
   counters_.queue_depth.fetch_add(1, std::memory_order_relaxed);
   try {
+    if (fault_hook) fault_hook("post_job");
     boost::asio::post(pool_, [this, job = std::move(job)] {
       // Fan out: let idle pool threads help with the rest of this job (if a
       // helper cannot be posted, those already posted and this thread do it).
@@ -322,7 +336,7 @@ void Scheduler::run_parts(PoolJob& job, std::size_t i) {
 // Task i has run (whole or every part): complete its batch, then the job.
 void Scheduler::task_done(PoolJob& job, std::size_t i) {
   const std::size_t b = job.items[i].batch;
-  if (job.left[b].fetch_sub(1, std::memory_order_acq_rel) == 1) job.batches[b]->on_done();
+  if (job.left[b].fetch_sub(1, std::memory_order_acq_rel) == 1) complete(*job.batches[b]);
   if (job.done.fetch_add(1, std::memory_order_acq_rel) + 1 == job.items.size())
     counters_.queue_depth.fetch_sub(1, std::memory_order_relaxed);
 }

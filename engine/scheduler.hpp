@@ -61,8 +61,12 @@ class ChunkTask {
 
 // Tasks of one call, completed together: `on_done` runs once after every
 // task has run, on the thread that ran the last one (a pool thread unless
-// the batch runs inline); it must be short: post, or complete the call
-// whose last batch this is (which may run a caller's handler there).
+// the batch runs inline). Should the scheduler fail to hand the batch to
+// the pool (out of memory), the tasks not run get that error and on_done
+// runs on the I/O thread, possibly inside submit(). It must be short and
+// should not throw (a throw is logged and the batch is lost): post, or
+// complete the call whose last batch this is (which may run a caller's
+// handler there).
 struct TaskBatch {
   std::vector<ChunkTask*> tasks;
   std::function<void()> on_done;
@@ -95,8 +99,10 @@ class Scheduler {
   // runs. Set it while no job runs.
   std::function<void(const ChunkTask&, std::size_t part)> part_hook;
   // Tests only: called at `point` "submit" (first in submit()), "post"
-  // (before submit() posts the deferred flush) and "flush" (before flush()
-  // builds each pool job); it may throw there, as an allocation there may.
+  // (before submit() posts the deferred flush), "flush" (before flush()
+  // builds each pool job), "post_job" (before a job is posted to the pool)
+  // and "post_chunk" (before each post of per-chunk dispatch); it may throw
+  // there, as an allocation there may.
   // Set it while no call runs.
   std::function<void(std::string_view point)> fault_hook;
 

@@ -541,15 +541,17 @@ TEST_CASE("a read whose last batch fails to be submitted completes with the erro
 }
 
 // Past submit(), the scheduler itself may fail to allocate: posting its
-// deferred flush (it then flushes at once) or building a pool job (the
-// batches in no job fail with the error). Either way every read completes,
-// and the reads after it too.
+// deferred flush (it then flushes at once), building or posting a pool job
+// (the batches in no job fail with the error), or, with per-chunk dispatch,
+// posting a chunk (the chunks not posted fail). Either way every read
+// completes, the reads after it too, and no submission stays counted.
 TEST_CASE("a scheduler that cannot post its flush or build a pool job fails no read silently and keeps working",
           "[async][regression]") {
-  const std::string point = GENERATE("post", "flush");
+  const std::string point = GENERATE("post", "flush", "post_job", "post_chunk");
   CAPTURE(point);
   RuntimeOptions options;
   options.codec_threads = 1;
+  if (point == "post_chunk") options.dispatch = Dispatch::per_chunk;
   options.max_inflight_bytes = OneShard::kN * sizeof(std::int32_t);  // one shard: a leak would block the next read
   Runtime rt(options);
   OneShard shard(rt);
@@ -571,6 +573,8 @@ TEST_CASE("a scheduler that cannot post its flush or build a pool job fails no r
   REQUIRE(second.wait_for(test::scaled(30s)) == std::future_status::ready);
   second.get();
   CHECK(again == shard.data);
+  const auto& counters = rt.engine().scheduler.counters();
+  wait_until([&] { return counters.queue_depth.load() == 0; });  // (a job counts until its last task is done)
 }
 
 // Once handed to the pool, a read still honours cancellation: the inner

@@ -41,7 +41,8 @@
 //
 // Keys are validated lexically with validate_key (InvalidArgument) before
 // any system call; a key whose last segment has the temporary-file pattern
-// above is refused too (InvalidArgument, by every method). Symlinks that stay inside the root are followed (also
+// above is refused too (InvalidArgument, by every method that takes a key;
+// such files are simply never listed). Symlinks that stay inside the root are followed (also
 // absolute ones, resolved in user space then); a key whose path leaves the
 // root through a symlink is refused with StoreError. A write to a key that
 // is a symlink replaces the link, like an erase removes it (as zarr-python
