@@ -551,10 +551,10 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
   }
 
   // Dispatches the handler; exactly once, from the strand or (handed off)
-  // complete_on_pool. Callers free the tables per chunk first where no chunk stage
-  // can still use them: the thread that completes the op may still hold it
-  // when the caller's next call makes its own, which then takes their
-  // blocks from the cache instead of faulting in new ones.
+  // complete_on_pool. Callers free the tables per chunk first where no
+  // chunk stage can still use them: the thread that completes the op may
+  // still hold it when the caller's next call makes its own, which then
+  // takes their blocks from the cache instead of faulting in new ones.
   void complete(std::exception_ptr e) {
     auto c = std::move(*completion_);
     completion_.reset();

@@ -109,12 +109,6 @@ bool Scheduler::runs_inline(const TaskBatch& batch) const {
 }
 
 void Scheduler::submit(std::shared_ptr<TaskBatch> batch) {
-  // Out of memory here fails the batch's tasks, rather than losing them.
-  try {
-    if (fault_hook) fault_hook("submit");
-  } catch (...) {
-    return fail(*batch, std::current_exception());
-  }
   if (batch->tasks.empty()) {
     complete(*batch);
     return;
@@ -127,8 +121,9 @@ void Scheduler::submit(std::shared_ptr<TaskBatch> batch) {
   {
     std::unique_lock lk(mu_);
     try {
+      if (fault_hook) fault_hook("queue");
       queue_.push_back(batch);
-    } catch (...) {
+    } catch (...) {  // out of memory: the batch fails rather than being lost
       lk.unlock();
       return fail(*batch, std::current_exception());
     }

@@ -98,8 +98,8 @@ class Scheduler {
   // Tests only: called on the pool thread before each part of a split task
   // runs. Set it while no job runs.
   std::function<void(const ChunkTask&, std::size_t part)> part_hook;
-  // Tests only: called at `point` "submit" (first in submit()), "post"
-  // (before submit() posts the deferred flush), "flush" (before flush()
+  // Tests only: called at `point` "queue" (before submit() queues a batch
+  // for the pool), "post" (before submit() posts the deferred flush), "flush" (before flush()
   // builds each pool job), "post_job" (before a job is posted to the pool)
   // and "post_chunk" (before each post of per-chunk dispatch); it may throw
   // there, as an allocation there may.

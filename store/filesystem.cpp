@@ -63,8 +63,8 @@ bool is_temp_name(std::string_view name) {
 }
 
 // validate_key, and no key's last segment may be named like a temporary
-// file: list() would hide it, remove it after an hour, and a read could see
-// a write in progress.
+// file: list() would hide it and remove it once stale (stale_temp_age), and
+// a read could see a write in progress.
 void check_key(const std::string& key) {
   validate_key(key);
   const auto slash = key.rfind('/');

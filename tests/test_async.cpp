@@ -527,7 +527,7 @@ TEST_CASE("a read whose last batch fails to be submitted completes with the erro
   Runtime rt(options);
   OneShard shard(rt);
   rt.engine().scheduler.fault_hook = [](std::string_view point) {
-    if (point == "submit") throw std::bad_alloc();
+    if (point == "queue") throw std::bad_alloc();
   };
   std::vector<std::int32_t> back(OneShard::kN);
   auto done = shard.array.async_read(Region::all({OneShard::kN}), as_writable(back), asio::use_future);
