@@ -21,13 +21,17 @@ Dims strides_of(std::span<const std::uint64_t> shape, std::size_t elem_size) {
   return s;
 }
 
-// Calls f(src_offset, dst_offset, run_bytes) for each contiguous run of the box.
+// Calls f(src_offset, dst_offset, run_bytes, rows, src_step, dst_step) for
+// each group of `rows` contiguous runs of the box that are `src_step` and
+// `dst_step` bytes apart (the box's innermost dimension that is not merged
+// into a run); rows is 1 and the steps 0 when the whole box is one run.
 template <class F>
-void for_each_run(std::span<const std::uint64_t> src_shape, std::span<const std::uint64_t> src_start,
-                  std::span<const std::uint64_t> dst_shape, std::span<const std::uint64_t> dst_start,
-                  std::span<const std::uint64_t> box, std::size_t elem_size, F&& f) {
+void for_each_row_group(std::span<const std::uint64_t> src_shape, std::span<const std::uint64_t> src_start,
+                        std::span<const std::uint64_t> dst_shape, std::span<const std::uint64_t> dst_start,
+                        std::span<const std::uint64_t> box, std::size_t elem_size, F&& f) {
   const std::size_t r = box.size();
-  if (r == 0) return f(std::uint64_t{0}, std::uint64_t{0}, std::uint64_t{elem_size});
+  if (r == 0) return f(std::uint64_t{0}, std::uint64_t{0}, std::uint64_t{elem_size}, std::uint64_t{1},
+                       std::uint64_t{0}, std::uint64_t{0});
   for (auto b : box)
     if (b == 0) return;
   const Dims ss = strides_of(src_shape, elem_size), ds = strides_of(dst_shape, elem_size);
@@ -40,23 +44,35 @@ void for_each_run(std::span<const std::uint64_t> src_shape, std::span<const std:
     src_base += src_start[i] * ss[i];
     dst_base += dst_start[i] * ds[i];
   }
-  Dims idx(k, 0);
+  if (k == 0) return f(src_base, dst_base, run, std::uint64_t{1}, std::uint64_t{0}, std::uint64_t{0});
+  // Dimension k-1 is walked by f; idx counts over the dimensions before it.
+  const std::size_t outer = k - 1;
+  Dims idx(outer, 0);
   while (true) {
     std::uint64_t so = src_base, dof = dst_base;
-    for (std::size_t i = 0; i < k; ++i) {
+    for (std::size_t i = 0; i < outer; ++i) {
       so += idx[i] * ss[i];
       dof += idx[i] * ds[i];
     }
-    f(so, dof, run);
-    std::size_t d = k;
-    while (d > 0) {
+    f(so, dof, run, box[outer], ss[outer], ds[outer]);
+    std::size_t d = outer;
+    while (true) {
+      if (d == 0) return;
       --d;
       if (++idx[d] < box[d]) break;
       idx[d] = 0;
-      if (d == 0) return;
     }
-    if (k == 0) return;
   }
+}
+
+// `rows` copies of N bytes, `src_step` and `dst_step` apart: a fixed size the
+// compiler turns into a few vector moves, where a libc call per short row
+// (a 32^3 inner chunk of uint16 is 1024 rows of 64 bytes) would cost more
+// than the copy.
+template <std::size_t N>
+void copy_rows(std::byte* dst, const std::byte* src, std::uint64_t rows, std::uint64_t src_step,
+               std::uint64_t dst_step) {
+  for (; rows > 0; --rows, src += src_step, dst += dst_step) std::memcpy(dst, src, N);
 }
 
 }  // namespace
@@ -65,10 +81,20 @@ void copy_box(const std::byte* src, std::span<const std::uint64_t> src_shape,
               std::span<const std::uint64_t> src_start, std::byte* dst,
               std::span<const std::uint64_t> dst_shape, std::span<const std::uint64_t> dst_start,
               std::span<const std::uint64_t> box, std::size_t elem_size) {
-  for_each_run(src_shape, src_start, dst_shape, dst_start, box, elem_size,
-               [&](std::uint64_t so, std::uint64_t dof, std::uint64_t n) {
-                 std::memcpy(dst + dof, src + so, n);
-               });
+  for_each_row_group(src_shape, src_start, dst_shape, dst_start, box, elem_size,
+                     [&](std::uint64_t so, std::uint64_t dof, std::uint64_t n, std::uint64_t rows,
+                         std::uint64_t src_step, std::uint64_t dst_step) {
+                       const std::byte* s = src + so;
+                       std::byte* d = dst + dof;
+                       switch (n) {
+                         case 16: return copy_rows<16>(d, s, rows, src_step, dst_step);
+                         case 32: return copy_rows<32>(d, s, rows, src_step, dst_step);
+                         case 64: return copy_rows<64>(d, s, rows, src_step, dst_step);
+                         case 128: return copy_rows<128>(d, s, rows, src_step, dst_step);
+                         default:
+                           for (; rows > 0; --rows, s += src_step, d += dst_step) std::memcpy(d, s, n);
+                       }
+                     });
 }
 
 void fill_elements(std::byte* dst, std::uint64_t n, const std::byte* value, std::size_t elem_size) {
@@ -92,10 +118,11 @@ void fill_elements(std::byte* dst, std::uint64_t n, const std::byte* value, std:
 void fill_box(std::byte* dst, std::span<const std::uint64_t> dst_shape,
               std::span<const std::uint64_t> dst_start, std::span<const std::uint64_t> box,
               const std::byte* value, std::size_t elem_size) {
-  for_each_run(dst_shape, dst_start, dst_shape, dst_start, box, elem_size,
-               [&](std::uint64_t, std::uint64_t dof, std::uint64_t n) {
-                 fill_elements(dst + dof, n / elem_size, value, elem_size);
-               });
+  for_each_row_group(dst_shape, dst_start, dst_shape, dst_start, box, elem_size,
+                     [&](std::uint64_t, std::uint64_t dof, std::uint64_t n, std::uint64_t rows, std::uint64_t,
+                         std::uint64_t dst_step) {
+                       for (; rows > 0; --rows, dof += dst_step) fill_elements(dst + dof, n / elem_size, value, elem_size);
+                     });
 }
 
 bool all_equal(ByteSpan data, const std::byte* value, std::size_t elem_size) {
