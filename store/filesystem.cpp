@@ -21,7 +21,6 @@
 #include <random>
 #include <system_error>
 
-#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/random_access_file.hpp>
 #include <boost/asio/redirect_error.hpp>
@@ -30,6 +29,8 @@
 
 #include <zarrcoro/error.hpp>
 #include <zarrcoro/store/memory.hpp>  // clip
+
+#include "store/offload.hpp"
 
 namespace zarrcoro {
 
@@ -199,11 +200,6 @@ std::optional<std::string> probe_uring(const asio::any_io_executor& io) {
   }
 }
 
-template <class F>
-awaitable<std::invoke_result_t<F&>> invoke(F f) {
-  co_return f();
-}
-
 std::atomic<bool> warned{false};
 
 }  // namespace
@@ -226,7 +222,7 @@ struct FilesystemStore::Temp {
 
 template <class F>
 auto FilesystemStore::offload(F f) {
-  return asio::co_spawn(pool_.get_executor(), invoke(std::move(f)), asio::use_awaitable);
+  return detail::run_on_pool(pool_.get_executor(), std::move(f));
 }
 
 FilesystemStore::FilesystemStore(asio::any_io_executor io, fs::path root, FilesystemOptions opts)
@@ -945,6 +941,7 @@ awaitable<ReadResult> FilesystemStore::read(std::string key, ReadOptions options
             asio::redirect_error(asio::use_awaitable, ec));
         done += n;
         if (ec == asio::error::eof) break;
+        if (ec == asio::error::operation_aborted) throw boost::system::system_error(ec);  // cancelled (see Store)
         if (ec) throw StoreError(key, "", "cannot read " + in_quotes(root_ / key) + ": " + ec.message());
       }
       out.deliver(result, done);
@@ -1003,6 +1000,7 @@ awaitable<std::optional<Generation>> FilesystemStore::write(std::string key, std
             asio::redirect_error(asio::use_awaitable, ec));
         done += n;
         if (!ec && n == 0) ec = asio::error::make_error_code(asio::error::broken_pipe);
+        if (ec == asio::error::operation_aborted) throw boost::system::system_error(ec);  // cancelled (see Store)
         if (ec) throw StoreError(key, "", "cannot write a temporary file for " + in_quotes(root_ / key) + ": " + ec.message());
       }
       if (file) temp.fd = file->release();

@@ -18,6 +18,7 @@
 #include <zarrcoro/store/memory.hpp>  // clip
 
 #include "store/http_client.hpp"
+#include "store/offload.hpp"
 #include "store/s3_xml.hpp"
 #include "store/sigv4.hpp"
 
@@ -437,13 +438,11 @@ awaitable<bool> S3Store::exists(std::string key) {
   d->fail(key, "HEAD", object, r);
 }
 
-static awaitable<std::string> sha256_of(ByteSpan body) { co_return sigv4::sha256_hex(body); }
-static awaitable<std::string> md5_of(ByteSpan body) { co_return sigv4::md5_base64(body); }
-
 // The Content-MD5 value for `body` (large bodies hashed on the hashing threads).
 static awaitable<std::string> content_md5(std::shared_ptr<S3Store::Impl> d, ByteSpan body) {
   if (body.size() < (256 << 10)) co_return sigv4::md5_base64(body);
-  co_return co_await asio::co_spawn(d->hasher.get_executor(), md5_of(body), asio::use_awaitable);
+  auto job = [body] { return sigv4::md5_base64(body); };
+  co_return co_await detail::run_on_pool(d->hasher.get_executor(), std::move(job));
 }
 
 // The payload hash to sign for `body`: "" (make() decides: small bodies are
@@ -451,7 +450,8 @@ static awaitable<std::string> content_md5(std::shared_ptr<S3Store::Impl> d, Byte
 static awaitable<std::string> payload_hash(std::shared_ptr<S3Store::Impl> d, ByteSpan body) {
   constexpr std::size_t inline_limit = 256 << 10;
   if (d->options.anonymous || !d->options.sign_payload || body.size() < inline_limit) co_return "";
-  co_return co_await asio::co_spawn(d->hasher.get_executor(), sha256_of(body), asio::use_awaitable);
+  auto job = [body] { return sigv4::sha256_hex(body); };
+  co_return co_await detail::run_on_pool(d->hasher.get_executor(), std::move(job));
 }
 
 // The ETag S3 gives an object completed from parts with these ETags:
