@@ -7,6 +7,9 @@
 #include <exception>
 #include <mutex>
 
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/experimental/concurrent_channel.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -192,19 +195,25 @@ std::string_view as_text(const Bytes& b) {
 }
 
 // Runs `jobs` concurrently on the current executor; waits for all; rethrows
-// the first failure.
+// the first failure. A cancellation of the caller is passed on to the jobs,
+// and the wait goes on until every job has ended: the jobs use what the
+// caller lent them (multipart upload: the ETags they fill in). Then the
+// caller's next co_await raises operation_aborted.
 awaitable<void> run_all(std::vector<awaitable<void>> jobs) {
   if (jobs.empty()) co_return;
   auto ex = co_await asio::this_coro::executor;
   struct State {
-    explicit State(const asio::any_io_executor& e, std::size_t n) : left(n), done(e, 1) {}
+    explicit State(const asio::any_io_executor& e, std::size_t n) : left(n), done(e, 1), signals(n) {}
     std::atomic<std::size_t> left;
     std::mutex mu;
     std::exception_ptr first;
     asio::experimental::concurrent_channel<void(boost::system::error_code)> done;
+    std::vector<asio::cancellation_signal> signals;  // one per job, emitted on `ex`
   };
   auto state = std::make_shared<State>(ex, jobs.size());
-  for (auto& job : jobs) {
+  // No wait below may throw before every job has ended (restored at the end).
+  co_await asio::this_coro::throw_if_cancelled(false);
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
     auto finished = [state](std::exception_ptr e) {
       if (e) {
         std::lock_guard lock(state->mu);
@@ -212,9 +221,17 @@ awaitable<void> run_all(std::vector<awaitable<void>> jobs) {
       }
       if (--state->left == 0) state->done.try_send(boost::system::error_code{});
     };
-    asio::co_spawn(ex, std::move(job), std::move(finished));
+    asio::co_spawn(ex, std::move(jobs[i]), asio::bind_cancellation_slot(state->signals[i].slot(), std::move(finished)));
   }
-  co_await state->done.async_receive(asio::use_awaitable);
+  auto [ec] = co_await state->done.async_receive(asio::as_tuple(asio::use_awaitable));
+  if (ec) {  // cancelled: cancel the jobs, then wait for them, whatever comes
+    for (auto& s : state->signals) s.emit(asio::cancellation_type::terminal);
+    auto not_cancellable = asio::bind_cancellation_slot(asio::cancellation_slot(), asio::as_tuple(asio::use_awaitable));
+    co_await state->done.async_receive(std::move(not_cancellable));
+  }
+  co_await asio::this_coro::throw_if_cancelled(true);
+  const asio::cancellation_state cs = co_await asio::this_coro::cancellation_state;
+  if (cs.cancelled() != asio::cancellation_type::none) throw boost::system::system_error(asio::error::operation_aborted);
   if (state->first) std::rethrow_exception(state->first);
 }
 
@@ -594,7 +611,9 @@ awaitable<std::optional<Generation>> S3Store::write(std::string key, std::option
   } catch (...) {
     failure = std::current_exception();
   }
-  // Abort (best effort) so that no parts linger, then report the failure.
+  // Abort (best effort) so that no parts linger, then report the failure;
+  // also when the write was cancelled (the request then still goes out).
+  co_await asio::this_coro::throw_if_cancelled(false);
   try {
     http::Request r_req = d->make(bh::verb::delete_, object, {{"uploadId", upload_id}},
                                                 {}, nullptr, {}, key);
@@ -605,6 +624,7 @@ awaitable<std::optional<Generation>> S3Store::write(std::string key, std::option
   } catch (const std::exception& e) {
     spdlog::warn("zarrcoro s3: aborting the multipart upload of {} failed: {}", d->url_of(object), e.what());
   }
+  co_await asio::this_coro::throw_if_cancelled(true);
   std::rethrow_exception(failure);
 }
 
