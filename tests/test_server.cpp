@@ -1446,6 +1446,25 @@ TEST_CASE("server: a client that goes away while its slice decodes cancels the d
   CHECK(r.result_int() == 200);
 }
 
+TEST_CASE("server: clients that leave while their slices' large chunks are read never end the server") {
+  // Regression: a chunk file read on the store's pool (over 256 KiB) whose
+  // slice was cancelled meanwhile, because its client left, ended the
+  // server (std::terminate; seen under wrk in perf/server_load.sh).
+  TestServer s;
+  const char* raw = R"([{"name":"bytes","configuration":{"endian":"little"}}])";
+  const NdArray ints = write_ints(s, "ints", {2048, 2048}, {512, 512}, raw);  // 1 MiB chunk files
+  for (int round = 0; round < 40; ++round) {
+    Client c(s.port());
+    c.send("GET /api/v1/ints?format=raw HTTP/1.1\r\nHost: t\r\n\r\n");
+    std::this_thread::sleep_for(std::chrono::microseconds(250 * (round % 8)));  // leaves at varied points
+  }
+  CHECK(wait_for_metric(s.port(), "zarrcoro_http_requests_cancelled_total", [](double v) { return v >= 1; }) >= 1);
+  CHECK(get(s.port(), "/healthz").body() == "ok\n");
+  const auto r = get(s.port(), "/api/v1/ints?format=raw&region=510:514,0:2048");
+  REQUIRE(r.result_int() == 200);
+  CHECK(r.body() == as_string(ints.data).substr(510 * 2048 * 4, 4 * 2048 * 4));
+}
+
 TEST_CASE("server: slices beyond max_slices_in_flight wait their turn, then complete exactly") {
   server::ServerOptions opt;
   opt.max_slices_in_flight = 1;
