@@ -182,7 +182,12 @@ awaitable<void> visit_copies(Store& store, std::string path, const NodeDocs* doc
   }
 }
 
+// One node's documents, as an operation of load_nodes_docs' parallel group.
+// A cancellation of the group reaches this coroutine's store reads; it must
+// not also make co_spawn's own frame throw when the reads completed without
+// suspending (Boost 1.81: std::terminate; see store/offload.hpp).
 awaitable<std::optional<NodeDocs>> load_docs_of(std::shared_ptr<Store> store, std::string path) {
+  co_await boost::asio::this_coro::throw_if_cancelled(false);
   co_return co_await load_node_docs(*store, std::move(path));
 }
 

@@ -11,6 +11,8 @@
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/experimental/concurrent_channel.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/thread_pool.hpp>
@@ -194,24 +196,27 @@ std::string_view as_text(const Bytes& b) {
   return {reinterpret_cast<const char*>(b.data()), b.size()};
 }
 
-// Runs `jobs` concurrently on the current executor; waits for all; rethrows
-// the first failure. A cancellation of the caller is passed on to the jobs,
-// and the wait goes on until every job has ended: the jobs use what the
-// caller lent them (multipart upload: the ETags they fill in). Then the
-// caller's next co_await raises operation_aborted.
+// Runs `jobs` concurrently, on a strand of the current executor; waits for
+// all; rethrows the first failure. A cancellation of the caller is passed on
+// to the jobs, and the wait goes on until every job has ended: the jobs use
+// what the caller lent them (multipart upload: the ETags they fill in).
+// Then it raises operation_aborted.
 awaitable<void> run_all(std::vector<awaitable<void>> jobs) {
   if (jobs.empty()) co_return;
-  auto ex = co_await asio::this_coro::executor;
+  // On one strand: the cancellation below is emitted where the jobs run,
+  // also when the caller's io_context has several threads.
+  const asio::any_io_executor strand = asio::make_strand(co_await asio::this_coro::executor);
   struct State {
     explicit State(const asio::any_io_executor& e, std::size_t n) : left(n), done(e, 1), signals(n) {}
     std::atomic<std::size_t> left;
     std::mutex mu;
     std::exception_ptr first;
     asio::experimental::concurrent_channel<void(boost::system::error_code)> done;
-    std::vector<asio::cancellation_signal> signals;  // one per job, emitted on `ex`
+    std::vector<asio::cancellation_signal> signals;  // one per job, emitted on the strand
   };
-  auto state = std::make_shared<State>(ex, jobs.size());
+  auto state = std::make_shared<State>(strand, jobs.size());
   // No wait below may throw before every job has ended (restored at the end).
+  const bool throw_if_cancelled = co_await asio::this_coro::throw_if_cancelled();
   co_await asio::this_coro::throw_if_cancelled(false);
   for (std::size_t i = 0; i < jobs.size(); ++i) {
     auto finished = [state](std::exception_ptr e) {
@@ -221,15 +226,27 @@ awaitable<void> run_all(std::vector<awaitable<void>> jobs) {
       }
       if (--state->left == 0) state->done.try_send(boost::system::error_code{});
     };
-    asio::co_spawn(ex, std::move(jobs[i]), asio::bind_cancellation_slot(state->signals[i].slot(), std::move(finished)));
+    try {
+      asio::co_spawn(strand, std::move(jobs[i]), asio::bind_cancellation_slot(state->signals[i].slot(), std::move(finished)));
+    } catch (...) {  // out of memory: the jobs not spawned count as done
+      {
+        std::lock_guard lock(state->mu);
+        if (!state->first) state->first = std::current_exception();
+      }
+      const std::size_t unspawned = jobs.size() - i;
+      if (state->left.fetch_sub(unspawned) == unspawned) state->done.try_send(boost::system::error_code{});
+      break;
+    }
   }
   auto [ec] = co_await state->done.async_receive(asio::as_tuple(asio::use_awaitable));
   if (ec) {  // cancelled: cancel the jobs, then wait for them, whatever comes
-    for (auto& s : state->signals) s.emit(asio::cancellation_type::terminal);
+    asio::dispatch(strand, [state] {
+      for (auto& s : state->signals) s.emit(asio::cancellation_type::terminal);
+    });
     auto not_cancellable = asio::bind_cancellation_slot(asio::cancellation_slot(), asio::as_tuple(asio::use_awaitable));
     co_await state->done.async_receive(std::move(not_cancellable));
   }
-  co_await asio::this_coro::throw_if_cancelled(true);
+  co_await asio::this_coro::throw_if_cancelled(throw_if_cancelled);
   const asio::cancellation_state cs = co_await asio::this_coro::cancellation_state;
   if (cs.cancelled() != asio::cancellation_type::none) throw boost::system::system_error(asio::error::operation_aborted);
   if (state->first) std::rethrow_exception(state->first);
@@ -613,6 +630,7 @@ awaitable<std::optional<Generation>> S3Store::write(std::string key, std::option
   }
   // Abort (best effort) so that no parts linger, then report the failure;
   // also when the write was cancelled (the request then still goes out).
+  const bool throw_if_cancelled = co_await asio::this_coro::throw_if_cancelled();
   co_await asio::this_coro::throw_if_cancelled(false);
   try {
     http::Request r_req = d->make(bh::verb::delete_, object, {{"uploadId", upload_id}},
@@ -624,7 +642,7 @@ awaitable<std::optional<Generation>> S3Store::write(std::string key, std::option
   } catch (const std::exception& e) {
     spdlog::warn("zarrcoro s3: aborting the multipart upload of {} failed: {}", d->url_of(object), e.what());
   }
-  co_await asio::this_coro::throw_if_cancelled(true);
+  co_await asio::this_coro::throw_if_cancelled(throw_if_cancelled);
   std::rethrow_exception(failure);
 }
 
