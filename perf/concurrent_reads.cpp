@@ -148,11 +148,8 @@ json codecs_json(bool zstd) {
 }
 
 // Creates a 2-d uint16 array at `root` and fills it, `slab_rows` rows per
-// write_blocking call (a multiple of the chunk height, so whole chunks only).
-// Keep a slab to at most ~64 chunks: a write's store sets are not bounded by
-// max_inflight_requests, and with Asio 1.81's io_uring service more than 128
-// file completions arriving at once can leave the rest unreaped (the write
-// of 4096 chunks in one call hung here; see perf/README.md).
+// write_blocking call (a multiple of the chunk height, so whole chunks only;
+// slabs bound the generator's memory for the 1 GiB array of --big).
 void generate_array(const fs::path& root, std::uint64_t height, std::uint64_t width,
                     std::uint64_t chunk_h, std::uint64_t chunk_w, bool zstd, std::uint64_t slab_rows) {
   Runtime rt;
@@ -913,9 +910,8 @@ int run(const Options& opt) {
         datasets.push_back(load_dataset("zstd_4MiB", temp->path() / "zstd_4MiB"));
       }
       if (opt.dataset != "zstd_4MiB") {
-        // raw_4KiB: uint16 [2048, 4096] in 4096 chunks of [32, 64] (4 KiB), 64
-        // chunks per write call (see the note at generate_array).
-        generate_array(temp->path() / "raw_4KiB", 2048, 4096, 32, 64, false, 32);
+        // raw_4KiB: uint16 [2048, 4096] in 4096 chunks of [32, 64] (4 KiB), one write call.
+        generate_array(temp->path() / "raw_4KiB", 2048, 4096, 32, 64, false, 2048);
         datasets.push_back(load_dataset("raw_4KiB", temp->path() / "raw_4KiB"));
       }
       std::printf("generated in %.1f s\n", seconds_since(t0));
