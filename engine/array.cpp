@@ -31,6 +31,7 @@
 
 #include <zarrcoro/error.hpp>
 #include <zarrcoro/runtime.hpp>
+#include <zarrcoro/spawn.hpp>
 
 #include "codecs/pipeline.hpp"
 #include "codecs/sharding.hpp"
@@ -232,7 +233,7 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
     });
     // Spawned from the strand, so that run_signal_ is touched there only.
     asio::dispatch(strand_, [self = shared_from_this(), done = std::move(done)]() mutable {
-      asio::co_spawn(self->strand_, self->run(), asio::bind_cancellation_slot(self->run_signal_.slot(), std::move(done)));
+      co_spawn_safe(self->strand_, self->run(), asio::bind_cancellation_slot(self->run_signal_.slot(), std::move(done)));
     });
   }
 
@@ -306,8 +307,8 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
     }
     // A signal per stage in flight, so that cancel() reaches its store request.
     auto signal = stage_signals_.emplace(stage_signals_.end());
-    asio::co_spawn(strand_, std::move(stage),
-                   asio::bind_cancellation_slot(signal->slot(), [self, signal](std::exception_ptr) {
+    co_spawn_safe(strand_, std::move(stage),
+                          asio::bind_cancellation_slot(signal->slot(), [self, signal](std::exception_ptr) {
                      // Dropped once the stage's coroutine has unwound.
                      asio::post(self->strand_, [self, signal] { self->stage_signals_.erase(signal); });
                    }));

@@ -1,6 +1,7 @@
 // The type-erased co_spawn behind every completion-token operation (async.hpp).
 #include <zarrcoro/array.hpp>
 #include <zarrcoro/async.hpp>
+#include <zarrcoro/spawn.hpp>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/strand.hpp>
@@ -14,7 +15,7 @@ void spawn(boost::asio::any_io_executor ex, boost::asio::awaitable<T> op, AnyCom
   // On a strand of its own: co_spawn delivers a cancellation by dispatching
   // to the coroutine's executor, which must then not run it elsewhere at the
   // same time (an io_context run by several threads).
-  boost::asio::co_spawn(boost::asio::make_strand(ex), std::move(op), std::move(handler));
+  co_spawn_safe(boost::asio::make_strand(ex), std::move(op), std::move(handler));
 }
 
 template void spawn<void>(boost::asio::any_io_executor, boost::asio::awaitable<void>, AnyCompletion<void>);

@@ -16,6 +16,7 @@
 
 #include <zarrcoro/error.hpp>
 #include <zarrcoro/metadata.hpp>
+#include <zarrcoro/spawn.hpp>
 
 #include "engine/node.hpp"
 
@@ -368,10 +369,10 @@ awaitable<std::vector<DocsOrError>> load_nodes_docs(std::shared_ptr<Store> store
   std::vector<DocsOrError> out;
   constexpr std::size_t kBatch = 64;  // requests at once
   for (std::size_t start = 0; start < paths.size(); start += kBatch) {
-    using Op = decltype(asio::co_spawn(ex, load_docs_of(store, std::string()), asio::deferred));
+    using Op = decltype(co_spawn_safe(ex, load_docs_of(store, std::string()), asio::deferred));
     std::vector<Op> ops;
     for (std::size_t i = start; i < std::min(paths.size(), start + kBatch); ++i)
-      ops.push_back(asio::co_spawn(ex, load_docs_of(store, paths[i]), asio::deferred));
+      ops.push_back(co_spawn_safe(ex, load_docs_of(store, paths[i]), asio::deferred));
     auto group = asio::experimental::make_parallel_group(std::move(ops));
     auto [order, errors, docs] = co_await group.async_wait(asio::experimental::wait_for_all(), asio::use_awaitable);
     for (std::size_t k = 0; k < docs.size(); ++k) out.emplace_back(std::move(docs[k]), errors[k]);

@@ -27,6 +27,7 @@
 #include <spdlog/spdlog.h>
 
 #include <zarrcoro/error.hpp>
+#include <zarrcoro/spawn.hpp>
 #include <zarrcoro/store/memory.hpp>  // clip
 
 namespace zarrcoro::http {
@@ -703,12 +704,12 @@ awaitable<Client::Attempt> Client::attempt(const Request* req_ptr, HostPool* poo
     if (!conn) {
       // A new connection gets its own strand; connect and exchange run on it.
       const asio::any_io_executor strand = asio::make_strand(io_);
-      conn = co_await asio::co_spawn(strand, connect(req.origin, &out, strand), use_awaitable);
+      conn = co_await co_spawn_safe(strand, connect(req.origin, &out, strand), use_awaitable);
       if (!conn) co_return out;
     }
     ++attempts_;
     if (reused) ++reused_;
-    co_await asio::co_spawn(conn->tcp().get_executor(), exchange(conn.get(), &req, &out), use_awaitable);
+    co_await co_spawn_safe(conn->tcp().get_executor(), exchange(conn.get(), &req, &out), use_awaitable);
     if (out.ec && reused && !out.got_response && out.ec != beast::error::timeout) {
       // The server closed the pooled connection before this request reached
       // it; so are probably the other idle ones. Once more on a new one.
@@ -737,7 +738,7 @@ awaitable<Response> Client::send(Request request) {
   // Every connection, timer and pool slot of this client lives on one strand;
   // the request runs there too, so a timeout firing on another I/O thread
   // never races with the coroutine that owns the connection.
-  co_return co_await asio::co_spawn(io_, send_on_strand(std::move(request)), use_awaitable);
+  co_return co_await co_spawn_safe(io_, send_on_strand(std::move(request)), use_awaitable);
 }
 
 awaitable<Response> Client::send_on_strand(Request request) {

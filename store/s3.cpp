@@ -20,6 +20,7 @@
 #include <spdlog/spdlog.h>
 
 #include <zarrcoro/error.hpp>
+#include <zarrcoro/spawn.hpp>
 #include <zarrcoro/store/memory.hpp>  // clip
 
 #include "store/http_client.hpp"
@@ -227,7 +228,7 @@ awaitable<void> run_all(std::vector<awaitable<void>> jobs) {
       if (--state->left == 0) state->done.try_send(boost::system::error_code{});
     };
     try {
-      asio::co_spawn(strand, std::move(jobs[i]), asio::bind_cancellation_slot(state->signals[i].slot(), std::move(finished)));
+      co_spawn_safe(strand, std::move(jobs[i]), asio::bind_cancellation_slot(state->signals[i].slot(), std::move(finished)));
     } catch (...) {  // out of memory: the jobs not spawned count as done
       {
         std::lock_guard lock(state->mu);

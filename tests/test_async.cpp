@@ -16,6 +16,7 @@
 #include <boost/asio/experimental/parallel_group.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/use_future.hpp>
@@ -24,6 +25,7 @@
 #include <zarrcoro/array.hpp>
 #include <zarrcoro/error.hpp>
 #include <zarrcoro/runtime.hpp>
+#include <zarrcoro/spawn.hpp>
 #include <zarrcoro/store/filesystem.hpp>
 #include <zarrcoro/store/memory.hpp>
 
@@ -655,4 +657,62 @@ TEST_CASE("a read cancelled while its last batch decodes completes with Cancelle
   const auto second = std::span(out).subspan(16384);
   const bool second_untouched = std::all_of(second.begin(), second.end(), [](std::int32_t v) { return v == 0x5a5a5a5a; });
   CHECK(second_untouched == (cancel_at == 0));
+}
+
+namespace {
+
+// Waits on a timer that only an explicit cancel() ends (the coroutine's own
+// cancellation is not bound to it), then returns 7.
+asio::awaitable<int> finish_when_timer_cancelled(asio::steady_timer* t) {
+  auto ignore_cancellation = asio::bind_cancellation_slot(asio::cancellation_slot(), asio::as_tuple(asio::use_awaitable));
+  co_await t->async_wait(std::move(ignore_cancellation));
+  {
+    // Asio recycles a slot's handler memory per thread (two blocks): these
+    // two fill that cache, so that the next slot cleared on this thread
+    // really frees its memory, where ASan sees any later use.
+    asio::cancellation_signal a, b;
+    a.slot().assign([](asio::cancellation_type) {});
+    b.slot().assign([](asio::cancellation_type) {});
+  }
+  co_return 7;
+}
+
+asio::awaitable<int> await_on_other_strand(asio::any_io_executor strand, asio::steady_timer* t) {
+  co_return co_await co_spawn_safe(strand, finish_when_timer_cancelled(t), asio::use_awaitable);
+}
+
+}  // namespace
+
+// Boost 1.81's co_spawn forwards a cancellation to another executor through
+// a queued lambda holding a raw pointer into the awaiting coroutine's slot.
+// Here that lambda runs after the spawned coroutine completed and its awaiter
+// resumed and cleared the slot: with asio::co_spawn, a use after free (seen
+// in S3 multipart writes cancelled mid-upload; ASan reports it here).
+TEST_CASE("co_spawn_safe: a cancellation queued behind the spawned coroutine's completion touches no freed memory",
+          "[async][regression]") {
+  asio::io_context io;
+  const asio::any_io_executor strand = asio::make_strand(io);
+  asio::steady_timer timer(strand, asio::steady_timer::time_point::max());
+  asio::cancellation_signal cancel;
+  int calls = 0, value = 0;
+  std::exception_ptr error;
+  asio::co_spawn(io, await_on_other_strand(strand, &timer),
+                 asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e, int v) {
+                   ++calls;
+                   error = e;
+                   value = v;
+                 }));
+  io.poll();  // the inner coroutine now waits on the timer
+  REQUIRE(calls == 0);
+  // The strand stays busy (a handler that posts one more to it), so what
+  // comes next queues there in order: the timer's completion (resumes the
+  // inner coroutine, which completes, and its awaiter at once), then the
+  // cancellation forwarded to the strand.
+  asio::post(strand, [strand] { asio::post(strand, [] {}); });
+  timer.cancel();
+  cancel.emit(asio::cancellation_type::terminal);
+  io.run();
+  CHECK(calls == 1);
+  CHECK_FALSE(error);
+  CHECK(value == 7);
 }

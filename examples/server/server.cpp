@@ -41,6 +41,7 @@
 #include <zarrcoro/error.hpp>
 #include <zarrcoro/info.hpp>
 #include <zarrcoro/npy.hpp>
+#include <zarrcoro/spawn.hpp>
 #include <zarrcoro/store/filesystem.hpp>
 
 #include "http_util.hpp"
@@ -710,9 +711,9 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
       bool gone = false;
       if (decodes) {
         const auto ex = stream.get_executor();
-        auto work = asio::co_spawn(ex, self->handle(req.method(), std::move(target), std::move(pre), std::move(cors)),
+        auto work = co_spawn_safe(ex, self->handle(req.method(), std::move(target), std::move(pre), std::move(cors)),
                                    asio::deferred);
-        auto watch = asio::co_spawn(ex, client_gone(conn), asio::deferred);
+        auto watch = co_spawn_safe(ex, client_gone(conn), asio::deferred);
         auto group = asio::experimental::make_parallel_group(std::move(work), std::move(watch));
         auto token = asio::bind_cancellation_slot(conn->cancel_work.slot(), use_awaitable);
         const UntilReplyOrGone until;
@@ -900,8 +901,8 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
       // and shutdown's deadline both.
       const auto ex = conn->stream.get_executor();
       auto result = std::make_shared<Sent>();
-      auto write = asio::co_spawn(ex, transmit_or_throw(self, conn, std::move(out), deadline, result), asio::deferred);
-      auto decode = asio::co_spawn(ex, body.array.read(region, into), asio::deferred);
+      auto write = co_spawn_safe(ex, transmit_or_throw(self, conn, std::move(out), deadline, result), asio::deferred);
+      auto decode = co_spawn_safe(ex, body.array.read(region, into), asio::deferred);
       auto group = asio::experimental::make_parallel_group(std::move(write), std::move(decode));
       auto token = asio::bind_cancellation_slot(conn->cancel_work.slot(), use_awaitable);
       auto [order, wex, failure] = co_await group.async_wait(asio::experimental::wait_for_one_error(), token);

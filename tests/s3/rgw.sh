@@ -168,6 +168,10 @@ rgw_frontends = beast endpoint=127.0.0.1:$PORT
 rgw_dns_name = localhost
 rgw_data = $ROOT/rgw
 rgw_thread_pool_size = 32
+# deleted and aborted objects' data freed within a minute (default: after
+# two hours), so that repeated test runs do not fill the memstore OSD
+rgw_gc_obj_min_wait = 30
+rgw_gc_processor_period = 30
 EOF
 }
 
