@@ -308,10 +308,10 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
     // A signal per stage in flight, so that cancel() reaches its store request.
     auto signal = stage_signals_.emplace(stage_signals_.end());
     co_spawn_safe(strand_, std::move(stage),
-                          asio::bind_cancellation_slot(signal->slot(), [self, signal](std::exception_ptr) {
-                     // Dropped once the stage's coroutine has unwound.
-                     asio::post(self->strand_, [self, signal] { self->stage_signals_.erase(signal); });
-                   }));
+                  asio::bind_cancellation_slot(signal->slot(), [self, signal](std::exception_ptr) {
+                    // Dropped once the stage's coroutine has unwound.
+                    asio::post(self->strand_, [self, signal] { self->stage_signals_.erase(signal); });
+                  }));
   }
 
   // On strand_.

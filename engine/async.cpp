@@ -3,7 +3,6 @@
 #include <zarrcoro/async.hpp>
 #include <zarrcoro/spawn.hpp>
 
-#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/system_executor.hpp>
 
@@ -12,9 +11,10 @@ namespace zarrcoro::detail {
 template <class T>
 void spawn(boost::asio::any_io_executor ex, boost::asio::awaitable<T> op, AnyCompletion<T> handler) {
   if (!ex) ex = boost::asio::system_executor();
-  // On a strand of its own: co_spawn delivers a cancellation by dispatching
-  // to the coroutine's executor, which must then not run it elsewhere at the
-  // same time (an io_context run by several threads).
+  // On a strand of its own: a cancellation is delivered by dispatching to
+  // the coroutine's executor, which must then not run it elsewhere at the
+  // same time (an io_context run by several threads). co_spawn_safe: the
+  // caller's slot may be cleared before that dispatch runs (spawn.hpp).
   co_spawn_safe(boost::asio::make_strand(ex), std::move(op), std::move(handler));
 }
 

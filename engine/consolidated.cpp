@@ -8,7 +8,6 @@
 
 #include <boost/asio/steady_timer.hpp>
 
-#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/experimental/parallel_group.hpp>
 #include <boost/asio/this_coro.hpp>

@@ -712,7 +712,7 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
       if (decodes) {
         const auto ex = stream.get_executor();
         auto work = co_spawn_safe(ex, self->handle(req.method(), std::move(target), std::move(pre), std::move(cors)),
-                                   asio::deferred);
+                                  asio::deferred);
         auto watch = co_spawn_safe(ex, client_gone(conn), asio::deferred);
         auto group = asio::experimental::make_parallel_group(std::move(work), std::move(watch));
         auto token = asio::bind_cancellation_slot(conn->cancel_work.slot(), use_awaitable);
