@@ -17,6 +17,9 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -41,6 +44,8 @@
 #include <zarrcoro/error.hpp>
 #include <zarrcoro/store.hpp>
 
+#include "support.hpp"
+
 namespace zarrcoro::test {
 
 // Runs `jobs` concurrently on `io` (this thread plus `threads - 1` more) until
@@ -60,6 +65,21 @@ inline void run_all(boost::asio::io_context& io, std::vector<awaitable<void>> jo
     if (e) std::rethrow_exception(e);
 }
 
+// Runs `io` in this thread until it is out of work. A run that goes on for
+// more than 300 s (scaled) is a hang: it aborts, so that the failure names
+// the test case (Catch reports the signal) instead of a silent ctest timeout.
+inline void run_watched(boost::asio::io_context& io) {
+  const auto deadline = std::chrono::steady_clock::now() + scaled(std::chrono::seconds(300));
+  io.restart();
+  while (!io.stopped()) {
+    io.run_for(std::chrono::seconds(1));
+    if (!io.stopped() && std::chrono::steady_clock::now() > deadline) {
+      std::fprintf(stderr, "store test: the io_context still has work after 300 s (scaled): a hang\n");
+      std::abort();
+    }
+  }
+}
+
 // Runs one awaitable to completion on `io` in this thread; returns its value
 // or rethrows its exception.
 template <class T>
@@ -70,8 +90,7 @@ T run(boost::asio::io_context& io, awaitable<T> job) {
     error = e;
     if constexpr (sizeof...(v) == 1) value.emplace(std::move(v)...);
   });
-  io.restart();
-  io.run();
+  run_watched(io);
   if (error) std::rethrow_exception(error);
   if constexpr (!std::is_void_v<T>) return std::move(*value);
 }

@@ -327,8 +327,7 @@ TEST_CASE("S3Store: a multipart write cancelled at any point waits for its parts
     for (int k = 0; k < 6 * round && completions == 0 && h.io.run_one() == 1; ++k) {
     }
     signal.emit(boost::asio::cancellation_type::terminal);
-    h.io.restart();
-    h.io.run();
+    test::run_watched(h.io);
     REQUIRE(completions == 1);
     if (error) {
       ++cancelled;
