@@ -38,6 +38,11 @@ namespace zarrcoro::detail {
 // executor, keeping the signal alive until it has been emitted there.
 template <class Executor>
 struct ForwardCancellation {
+  // (A constructor: slot emplace() constructs with parentheses, which
+  // clang 14 does not accept for an aggregate.)
+  ForwardCancellation(std::shared_ptr<boost::asio::cancellation_signal> s, Executor e)
+      : signal(std::move(s)), ex(std::move(e)) {}
+
   std::shared_ptr<boost::asio::cancellation_signal> signal;
   Executor ex;
   void operator()(boost::asio::cancellation_type_t type) {
