@@ -864,10 +864,13 @@ std::optional<ReadResult> FilesystemStore::read_whole_now(const std::string& key
 std::optional<ReadResult> FilesystemStore::try_read_now(const std::string& key, const ReadOptions& options) {
   check_key(key);
   if (!uses_io_uring()) return std::nullopt;
-  if (!options.need_generation && options.if_equal.unknown() && options.range.kind == ByteRange::Kind::full &&
-      nowait_reads_.load(std::memory_order_relaxed)) {
+  if (options.range.kind == ByteRange::Kind::full) {
     const std::size_t most = options.into.empty() ? options.size_hint : options.into.size();
-    if (most > 0 && most <= kReadNowBytes)
+    // A whole value expected larger than this thread may copy: read() takes
+    // it, rather than an open, fstat and close here first for nothing.
+    if (most > kReadNowBytes) return std::nullopt;
+    if (most > 0 && !options.need_generation && options.if_equal.unknown() &&
+        nowait_reads_.load(std::memory_order_relaxed))
       if (auto r = read_whole_now(key, options)) return r;
   }
   ReadResult result;

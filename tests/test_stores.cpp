@@ -884,6 +884,56 @@ TEST_CASE("FilesystemStore: a whole read with a size hint needing no generation 
   if (status) CHECK(*status == 0);
 }
 
+TEST_CASE("FilesystemStore: try_read_now declines a whole value expected above 256 KiB without opening it, and "
+          "read() then answers it",
+          "[stores][filesystem]") {
+  test::TempDir tmp("stores");
+  const std::string big(300 << 10, 'b'), small = "small";
+  {
+    StoreHarness h(filesystem_factory(tmp.path, kUring));
+    if (!store_answering_now(h)) return;
+    h.set("big", big);
+    h.set("small", small);
+    ReadOptions o;
+    o.size_hint = big.size() + 100;  // an engine's hint for a large chunk
+    CHECK_FALSE(h.store->try_read_now("big", o));
+    o.need_generation = false;
+    CHECK_FALSE(h.store->try_read_now("big", o));
+    const ReadResult got = h.read("big");
+    REQUIRE(got.value);
+    CHECK(*got.value == bytes_of(big));
+  }  // the store's threads end here: the child below is forked without them
+  // With every open refused (seccomp, in a child), a whole read hinted or
+  // aimed (ReadOptions::into) above 256 KiB still declines, whatever the
+  // value's real size: it opened nothing. One hinted small does try, and
+  // fails on the refused open.
+  const auto status = in_child([&] {
+    boost::asio::io_context io;
+    FilesystemStore store(io.get_executor(), tmp.path, kUring);
+    if (!store.uses_io_uring()) return 19;
+    if (!refuse_syscalls({__NR_openat, __NR_openat2, __NR_open})) return kChildSkipped;
+    for (const char* key : {"big", "small", "nope"}) {
+      ReadOptions hinted;
+      hinted.size_hint = (256 << 10) + 1;
+      if (store.try_read_now(key, hinted)) return 20;
+      Bytes buffer((256 << 10) + 1);
+      ReadOptions into;
+      into.into = buffer;
+      into.need_generation = false;
+      if (store.try_read_now(key, into)) return 21;
+    }
+    ReadOptions small_hint;
+    small_hint.size_hint = 100;
+    try {
+      store.try_read_now("small", small_hint);
+      return 22;
+    } catch (const Error&) {
+    }
+    return 0;
+  });
+  if (status) CHECK(*status == 0);
+}
+
 TEST_CASE("FilesystemStore: try_read_now_many answers every page-cached small file of a large batch with its bytes",
           "[stores][filesystem]") {
   test::TempDir tmp("stores");

@@ -131,7 +131,9 @@ class FilesystemStore : public Store {
   awaitable<ReadResult> read(std::string key, ReadOptions options) override;
   // With io_uring: opens the file and answers if the range is at most
   // 256 KiB and in the page cache (preadv2 RWF_NOWAIT); else, and on the
-  // blocking fallback pool, nullopt. A whole value read into
+  // blocking fallback pool, nullopt. A whole value whose ReadOptions::into
+  // or size_hint is above 256 KiB is nullopt at once, with no system call.
+  // A whole value read into
   // ReadOptions::into without need_generation costs open, read and close
   // (no fstat; a value whose size is a multiple of the page size, one read
   // more); the generation is then unknown. So does a whole value of at most
