@@ -1,6 +1,7 @@
-// The cache of large blocks behind UninitAllocator (see bytes.hpp).
+// The caches of blocks behind UninitAllocator (see bytes.hpp).
 #include <zarrcoro/bytes.hpp>
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <mutex>
@@ -49,7 +50,140 @@ Cache& cache() {
   return *c;
 }
 
+// ---- small blocks ----
+// Size classes: 4 per power of two from 64 bytes, the last one
+// kCachedBlockBytes itself (a request just below it rounds up to it).
+constexpr unsigned kMinShift = 6;  // log2(kSmallBlockMin)
+constexpr std::size_t kClasses = (std::countr_zero(kCachedBlockBytes) - kMinShift) * 4 + 1;
+// Per thread and class: at most this many blocks, and this many bytes;
+// per thread in all: at most kThreadBytes.
+constexpr std::size_t kLocalBlocks = 64;
+constexpr std::size_t kLocalBytes = std::size_t{128} << 10;
+constexpr std::size_t kThreadBytes = std::size_t{2} << 20;
+// Process-wide: at most this many bytes of small blocks.
+constexpr std::size_t kGlobalBytes = std::size_t{16} << 20;
+
+struct SmallClass {
+  std::size_t index, bytes;
+};
+SmallClass small_class(std::size_t bytes) {
+  const std::size_t step = std::bit_floor(bytes) / 4;  // bytes >= 64: step >= 16
+  const std::size_t cls = (bytes + step - 1) / step * step;
+  const std::size_t p = std::bit_floor(cls);
+  return {(static_cast<std::size_t>(std::countr_zero(p)) - kMinShift) * 4 + (cls - p) / (p / 4), cls};
+}
+// How many blocks of `cls` bytes a thread keeps; it moves half of them at a time.
+std::size_t local_limit(std::size_t cls) { return std::clamp<std::size_t>(kLocalBytes / cls, 2, kLocalBlocks); }
+
+struct SmallGlobal {
+  std::mutex mu;
+  std::array<std::vector<void*>, kClasses> free;
+  std::size_t bytes = 0;
+};
+SmallGlobal& small_global() {
+  static SmallGlobal* g = new SmallGlobal;  // never destroyed (see cache())
+  return *g;
+}
+
+std::size_t class_bytes(std::size_t index) {
+  const std::size_t p = std::size_t{1} << (kMinShift + index / 4);
+  return p + index % 4 * (p / 4);
+}
+
+// A thread's blocks, made at its first small block and handed back at its
+// exit (SmallGuard). t_local and t_dead are trivially destructible, so that
+// a block freed by a thread_local destroyed after the guard still finds
+// them (and then bypasses the cache).
+struct SmallLocal {
+  std::array<std::array<void*, kLocalBlocks>, kClasses> blocks;
+  std::array<unsigned char, kClasses> count{};
+  std::size_t bytes = 0;
+};
+thread_local SmallLocal* t_local = nullptr;
+thread_local bool t_dead = false;
+
+// Moves the blocks of class i beyond `keep` to the process-wide list; those
+// it has no room for are freed (outside the lock).
+void give_back(SmallLocal& l, std::size_t i, std::size_t keep) noexcept {
+  const std::size_t cls = class_bytes(i);
+  std::array<void*, kLocalBlocks> drop;
+  std::size_t dropped = 0;
+  {
+    SmallGlobal& g = small_global();
+    std::lock_guard lock(g.mu);
+    for (; l.count[i] > keep; --l.count[i]) {
+      void* p = l.blocks[i][l.count[i] - 1];
+      l.bytes -= cls;
+      try {
+        if (g.bytes + cls > kGlobalBytes) throw std::bad_alloc();
+        g.free[i].push_back(p);
+        g.bytes += cls;
+      } catch (...) {
+        drop[dropped++] = p;
+      }
+    }
+  }
+  for (std::size_t k = 0; k < dropped; ++k) ::operator delete(drop[k]);
+}
+
+struct SmallGuard {
+  ~SmallGuard() {
+    if (!t_local) return;
+    for (std::size_t i = 0; i < kClasses; ++i) give_back(*t_local, i, 0);
+    delete t_local;
+    t_local = nullptr;
+    t_dead = true;
+  }
+};
+
+// The calling thread's cache; null once the thread is exiting (or if it
+// cannot be made).
+SmallLocal* small_local() noexcept {
+  if (t_local || t_dead) return t_local;
+  thread_local SmallGuard guard;  // hands the blocks back at the thread's exit
+  (void)guard;
+  t_local = new (std::nothrow) SmallLocal();
+  return t_local;
+}
+
 }  // namespace
+
+void* allocate_small(std::size_t bytes) {
+  if (!kCache) return ::operator new(bytes);
+  const auto [i, cls] = small_class(bytes);
+  SmallLocal* l = small_local();
+  if (!l) return ::operator new(cls);
+  auto& n = l->count[i];
+  if (n == 0) {  // up to half a thread's worth from the process-wide list
+    SmallGlobal& g = small_global();
+    std::lock_guard lock(g.mu);
+    const std::size_t take = std::min(g.free[i].size(), local_limit(cls) / 2);
+    for (std::size_t k = 0; k < take; ++k) {
+      l->blocks[i][n++] = g.free[i].back();
+      g.free[i].pop_back();
+    }
+    g.bytes -= take * cls;
+    l->bytes += take * cls;
+  }
+  if (n > 0) {
+    l->bytes -= cls;
+    return l->blocks[i][--n];
+  }
+  return ::operator new(cls);
+}
+
+void deallocate_small(void* p, std::size_t bytes) noexcept {
+  if (!kCache) return ::operator delete(p);
+  const auto [i, cls] = small_class(bytes);
+  SmallLocal* l = small_local();
+  if (!l) return ::operator delete(p);
+  const std::size_t limit = local_limit(cls);
+  if (l->count[i] >= limit) give_back(*l, i, limit / 2);
+  if (l->bytes + cls > kThreadBytes) give_back(*l, i, 0);
+  if (l->bytes + cls > kThreadBytes) return ::operator delete(p);  // other classes hold the thread's share
+  l->blocks[i][l->count[i]++] = p;
+  l->bytes += cls;
+}
 
 bool block_cache_enabled() { return kCache; }
 
