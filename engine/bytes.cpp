@@ -55,18 +55,22 @@ Cache& cache() {
 // kCachedBlockBytes itself (a request just below it rounds up to it).
 constexpr unsigned kMinShift = 6;  // log2(kSmallBlockMin)
 constexpr std::size_t kClasses = (std::countr_zero(kCachedBlockBytes) - kMinShift) * 4 + 1;
-// Per thread and class: at most this many blocks, and this many bytes;
-// per thread in all: at most kThreadBytes.
+// Per thread and class: at most this many blocks, and this many bytes (but
+// always 2 blocks: up to 512 KiB of the largest classes); per thread in
+// all: at most kThreadBytes.
 constexpr std::size_t kLocalBlocks = 64;
 constexpr std::size_t kLocalBytes = std::size_t{128} << 10;
 constexpr std::size_t kThreadBytes = std::size_t{2} << 20;
-// Process-wide: at most this many bytes of small blocks.
+// Process-wide: at most this many bytes of small blocks, and a class at
+// most kGlobalClassBytes (so that blocks of a size no longer asked for
+// cannot fill the list for all others).
 constexpr std::size_t kGlobalBytes = std::size_t{16} << 20;
+constexpr std::size_t kGlobalClassBytes = kGlobalBytes / 8;
 
 struct SmallClass {
   std::size_t index, bytes;
 };
-SmallClass small_class(std::size_t bytes) {
+constexpr SmallClass small_class(std::size_t bytes) {
   const std::size_t step = std::bit_floor(bytes) / 4;  // bytes >= 64: step >= 16
   const std::size_t cls = (bytes + step - 1) / step * step;
   const std::size_t p = std::bit_floor(cls);
@@ -78,6 +82,7 @@ std::size_t local_limit(std::size_t cls) { return std::clamp<std::size_t>(kLocal
 struct SmallGlobal {
   std::mutex mu;
   std::array<std::vector<void*>, kClasses> free;
+  std::array<std::size_t, kClasses> held{};  // bytes of each class
   std::size_t bytes = 0;
 };
 SmallGlobal& small_global() {
@@ -85,10 +90,26 @@ SmallGlobal& small_global() {
   return *g;
 }
 
-std::size_t class_bytes(std::size_t index) {
+constexpr std::size_t class_bytes(std::size_t index) {
   const std::size_t p = std::size_t{1} << (kMinShift + index / 4);
   return p + index % 4 * (p / 4);
 }
+
+// Every size maps to a class that holds it, within 1/4 of it, and whose
+// size class_bytes gives back: checked at every class edge and below 8 KiB.
+constexpr bool classes_hold(std::size_t n) {
+  const SmallClass c = small_class(n);
+  return c.index < kClasses && c.bytes >= n && c.bytes - n < n / 4 && class_bytes(c.index) == c.bytes;
+}
+constexpr bool classes_hold_all() {
+  for (std::size_t n = kSmallBlockMin; n < 8192; ++n)
+    if (!classes_hold(n)) return false;
+  for (std::size_t i = 0; i + 1 < kClasses; ++i)
+    for (const std::size_t n : {class_bytes(i), class_bytes(i) + 1, class_bytes(i + 1) - 1})
+      if (!classes_hold(n)) return false;
+  return small_class(kCachedBlockBytes - 1).index == kClasses - 1;
+}
+static_assert(classes_hold_all());
 
 // A thread's blocks, made at its first small block and handed back at its
 // exit (SmallGuard). t_local and t_dead are trivially destructible, so that
@@ -105,6 +126,7 @@ thread_local bool t_dead = false;
 // Moves the blocks of class i beyond `keep` to the process-wide list; those
 // it has no room for are freed (outside the lock).
 void give_back(SmallLocal& l, std::size_t i, std::size_t keep) noexcept {
+  if (l.count[i] <= keep) return;
   const std::size_t cls = class_bytes(i);
   std::array<void*, kLocalBlocks> drop;
   std::size_t dropped = 0;
@@ -114,13 +136,15 @@ void give_back(SmallLocal& l, std::size_t i, std::size_t keep) noexcept {
     for (; l.count[i] > keep; --l.count[i]) {
       void* p = l.blocks[i][l.count[i] - 1];
       l.bytes -= cls;
-      try {
-        if (g.bytes + cls > kGlobalBytes) throw std::bad_alloc();
-        g.free[i].push_back(p);
-        g.bytes += cls;
-      } catch (...) {
-        drop[dropped++] = p;
-      }
+      bool kept = false;
+      if (g.bytes + cls <= kGlobalBytes && g.held[i] + cls <= kGlobalClassBytes) try {
+          g.free[i].push_back(p);
+          g.bytes += cls;
+          g.held[i] += cls;
+          kept = true;
+        } catch (const std::bad_alloc&) {
+        }
+      if (!kept) drop[dropped++] = p;
     }
   }
   for (std::size_t k = 0; k < dropped; ++k) ::operator delete(drop[k]);
@@ -163,6 +187,7 @@ void* allocate_small(std::size_t bytes) {
       g.free[i].pop_back();
     }
     g.bytes -= take * cls;
+    g.held[i] -= take * cls;
     l->bytes += take * cls;
   }
   if (n > 0) {
@@ -179,13 +204,30 @@ void deallocate_small(void* p, std::size_t bytes) noexcept {
   if (!l) return ::operator delete(p);
   const std::size_t limit = local_limit(cls);
   if (l->count[i] >= limit) give_back(*l, i, limit / 2);
-  if (l->bytes + cls > kThreadBytes) give_back(*l, i, 0);
-  if (l->bytes + cls > kThreadBytes) return ::operator delete(p);  // other classes hold the thread's share
+  // Over the thread's share: the other classes go back (those this thread
+  // no longer frees among them); one class alone is always within it.
+  if (l->bytes + cls > kThreadBytes)
+    for (std::size_t j = 0; j < kClasses; ++j)
+      if (j != i) give_back(*l, j, 0);
   l->blocks[i][l->count[i]++] = p;
   l->bytes += cls;
 }
 
 bool block_cache_enabled() { return kCache; }
+
+void release_small_blocks() noexcept {
+  if (!kCache) return;
+  std::array<std::vector<void*>, kClasses> free;
+  {
+    SmallGlobal& g = small_global();
+    std::lock_guard lock(g.mu);
+    free.swap(g.free);
+    g.held = {};
+    g.bytes = 0;
+  }
+  for (const auto& blocks : free)
+    for (void* p : blocks) ::operator delete(p);
+}
 
 std::size_t cached_block_bytes() {
   if (!kCache) return 0;

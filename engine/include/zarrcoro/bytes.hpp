@@ -26,21 +26,25 @@ void* allocate_block(std::size_t bytes);
 void deallocate_block(void* p, std::size_t bytes) noexcept;
 // Smaller blocks (64 bytes up to kCachedBlockBytes) are recycled too, the
 // way a thread-caching malloc does it: each thread keeps a few freed blocks
-// of each size class (at most 128 KiB of a class, 2 MiB in all) and moves
-// them in groups to and from a process-wide list (at most 16 MiB), so that
-// a block allocated on one thread and freed on another (an encoded chunk
-// read on an I/O thread and decoded on a codec thread) costs neither thread
-// a trip through the allocator's locks: with glibc's malloc that trip was
-// 0.4 µs a chunk. A block of `bytes` (64 <= bytes < kCachedBlockBytes),
-// rounded up to a size class within 1/4 of it; throws std::bad_alloc.
+// of each size class (at most 128 KiB of a class, or 2 blocks; 2 MiB in
+// all) and moves them in groups to and from a process-wide list (at most
+// 2 MiB of a class, 16 MiB in all), so that a block allocated on one
+// thread and freed on another (an encoded chunk read on an I/O thread and
+// decoded on a codec thread) costs neither thread a trip through the
+// allocator's locks: with glibc's malloc that trip was 0.3-0.4 µs a chunk.
+// A block of `bytes` (64 <= bytes < kCachedBlockBytes), rounded up to a
+// size class less than 1/4 above it (so a buffer in this range may hold
+// up to a quarter more memory than it asked for); throws std::bad_alloc.
 void* allocate_small(std::size_t bytes);
 // Returns a block from allocate_small(bytes), with the same `bytes`; from
 // any thread.
 void deallocate_small(void* p, std::size_t bytes) noexcept;
 inline constexpr std::size_t kSmallBlockMin = 64;
+// Frees the small blocks of the process-wide list (not those threads keep).
+void release_small_blocks() noexcept;
 // False in AddressSanitizer builds, which allocate every block afresh.
 bool block_cache_enabled();
-// Bytes of freed blocks the cache holds now.
+// Bytes of freed large blocks (kCachedBlockBytes and up) the cache holds now.
 std::size_t cached_block_bytes();
 
 // An allocator whose blocks of 64 bytes and up come from the caches above:
