@@ -78,8 +78,9 @@ struct CachedAllocator : std::allocator<T> {
 
 // An allocator whose value-construction leaves bytes uninitialized, so that
 // resizing a buffer that a decoder is about to overwrite costs no memset;
-// blocks are cached (detail::allocate_block, allocate_small). (C++20: nothing else of
-// std::allocator allocates; C++23's allocate_at_least would need hiding.)
+// blocks are cached (detail::allocate_block, allocate_small). (C++20:
+// nothing else of std::allocator allocates; C++23's allocate_at_least
+// would need hiding.)
 template <class T>
 struct UninitAllocator : detail::CachedAllocator<T> {
   template <class U>
