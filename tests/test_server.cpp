@@ -21,6 +21,7 @@ TEST_CASE("server: not built in this configuration") {
 #else
 
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -68,6 +69,7 @@ TEST_CASE("server: not built in this configuration") {
 #include "loop_inbox.hpp"
 #include "server.hpp"
 #include "support.hpp"
+#include "transmit.hpp"
 
 using namespace zarrcoro;
 namespace asio = boost::asio;
@@ -538,6 +540,77 @@ TEST_CASE("server: a LoopInbox resumes on the loop with each job's result or exc
   }
   CHECK(off_loop == 0);
   pool.join();
+}
+
+TEST_CASE("server: send_step sends memory and file segments exactly, one sendmsg for neighbours, across partial sends") {
+  // A TCP pair on loopback with small buffers, so that sends stop at many
+  // points: inside a segment, at a boundary, inside the file range.
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(::listen(listener, 1) == 0);
+  REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  const int out_fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  const int small = 4096;
+  ::setsockopt(out_fd, SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
+  REQUIRE(::connect(out_fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  const int in_fd = ::accept(listener, nullptr, nullptr);
+  REQUIRE(in_fd >= 0);
+  ::setsockopt(in_fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  REQUIRE(::fcntl(out_fd, F_SETFL, ::fcntl(out_fd, F_GETFL) | O_NONBLOCK) == 0);
+
+  const std::string head = "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n", one = "x", mid = pattern(70000),
+                    mid2 = pattern(50001).substr(1), part = "\r\n--part--\r\n" + pattern(3000),
+                    big = pattern(150002).substr(2), tail = "\r\n--end--\r\n";
+  const std::string file_bytes = pattern(300000).substr(1000);
+  const fs::path dir = fs::temp_directory_path() / ("zarrcoro-send-step-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  { std::ofstream(dir / "f", std::ios::binary) << pattern(300000); }
+  const int file = ::open((dir / "f").c_str(), O_RDONLY);
+  REQUIRE(file >= 0);
+  const std::vector<server::Segment> out{
+      server::Segment::of(head), server::Segment::of(one),  server::Segment::of(mid),
+      server::Segment::of(mid2), server::Segment{nullptr, file, 1000, file_bytes.size()},
+      server::Segment::of(part), server::Segment::of(big),  server::Segment::of(tail)};
+  const std::string expected = head + one + mid + mid2 + file_bytes + part + big + tail;
+
+  server::Progress at;
+  std::string got;
+  std::mt19937 rng(5);
+  int steps = 0, stalls = 0;
+  while (at.segment < out.size()) {
+    const int err = server::send_step(out_fd, out, at);
+    REQUIRE((err == 0 || err == EAGAIN));
+    ++steps;
+    stalls += err == EAGAIN;
+    // `at` says exactly what went out so far: the reader can never get more.
+    std::uint64_t sent = at.done;
+    for (std::size_t i = 0; i < at.segment; ++i) sent += out[i].length;
+    // Drain a random part of what is in flight (everything once the sender is done).
+    std::size_t want = at.segment < out.size() ? 1 + rng() % 20000 : std::string::npos;
+    char buf[65536];
+    while (got.size() < sent && want > 0) {
+      pollfd p{in_fd, POLLIN, 0};
+      REQUIRE(::poll(&p, 1, 5000) == 1);
+      const ssize_t n = ::recv(in_fd, buf, std::min<std::size_t>(sizeof buf, want), 0);
+      REQUIRE(n > 0);
+      got.append(buf, static_cast<std::size_t>(n));
+      want -= std::min<std::size_t>(want, static_cast<std::size_t>(n));
+    }
+    REQUIRE(got.size() <= sent);
+    REQUIRE(steps < 100000);
+  }
+  CHECK(got == expected);
+  CHECK(stalls > 10);  // the small buffers did split the sends
+  CHECK(server::send_step(out_fd, out, at) == 0);  // nothing left
+  ::close(file);
+  ::close(in_fd);
+  ::close(out_fd);
+  ::close(listener);
+  fs::remove_all(dir);
 }
 
 TEST_CASE("server: HTTP dates parse in all three forms, and validators compare weakly") {

@@ -1,8 +1,6 @@
 #include "server.hpp"
 
 #include <pthread.h>
-#include <sys/sendfile.h>
-#include <sys/syscall.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -46,6 +44,7 @@
 
 #include "http_util.hpp"
 #include "loop_inbox.hpp"
+#include "transmit.hpp"
 #include "viewer_assets.hpp"
 
 namespace zarrcoro::server {
@@ -289,16 +288,11 @@ bool is_metadata_key(std::string_view key) {
 // one system call on the loop; larger ones leave by sendfile(2) from the
 // transmit pool, all but their last kSendOnLoop bytes (see below).
 constexpr std::uint64_t kInMemoryBody = 16 << 10;
-// One transmit step (a sendfile or send call on the transmit pool) moves at
-// most this much, so that one large response does not hold a pool thread.
-constexpr std::uint64_t kTransmitStep = 1 << 20;
 // What is left of a body up to this size is sent from the loop (send(2) or,
 // for a file range the page cache holds, sendfile(2), on the non-blocking
 // socket) rather than from the transmit pool: the kernel's copy of 64 KiB
 // costs the loop less than a hop to the pool and back.
 constexpr std::uint64_t kSendOnLoop = 64 << 10;
-// transmit_step on the loop: a file range is not in the page cache.
-constexpr int kDiskWait = -1;
 // A streamed slice's slabs aim at this size (whole chunk rows, at least one).
 constexpr std::uint64_t kSlabBytes = 4 << 20;
 
@@ -825,13 +819,13 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
       r.body = std::monostate{};
     }
     const auto deadline = std::chrono::steady_clock::now() + self->opt.write_timeout + std::chrono::seconds(body >> 20);
-    conn->stream.expires_at(deadline);
     Sent sent;
-    if (std::holds_alternative<std::monostate>(r.body)) {
-      auto [ec, n] = co_await http::async_write(conn->stream, res, kTuple);
-      sent = {ec, n};
+    std::string head = header_text(res);
+    if (std::holds_alternative<std::monostate>(r.body)) {  // header and body in one sendmsg
+      const auto& b = res.body();
+      std::vector<Segment> out{Segment::of(head), Segment{b.data(), -1, 0, b.size()}};
+      sent = co_await transmit(self, conn, std::move(out), deadline);
     } else {
-      std::string head = header_text(res);
       if (auto* file = std::get_if<FileBody>(&r.body))
         sent = co_await send_file(self, conn, std::move(head), std::move(*file), deadline);
       else
@@ -925,13 +919,6 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
 
   // Bytes to send: `length` bytes at `data`, or, when `data` is null, at
   // `offset` in the file `fd`.
-  struct Segment {
-    const void* data;
-    int fd;
-    std::uint64_t offset, length;
-
-    static Segment of(const std::string& text) { return {text.data(), -1, 0, text.size()}; }
-  };
 
   // transmit, failing with system_error when it fails (for a parallel group).
   static awaitable<void> transmit_or_throw(std::shared_ptr<Impl> self, std::shared_ptr<Conn> conn,
@@ -955,19 +942,13 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
     }
   }
 
-  // Where a transmission stands: the next segment and the bytes of it sent.
-  struct Progress {
-    std::size_t segment = 0;
-    std::uint64_t done = 0;
-  };
-
   // Sends `out` in order to the connection's socket, in steps of at most
-  // kTransmitStep bytes run on the transmit pool (send(2) with MSG_MORE
-  // while more follows, sendfile(2) for file ranges; the socket is
-  // non-blocking), so that copies into the socket never take the loop's
-  // CPU; the last kSendOnLoop bytes go from the loop. While the socket is
-  // full, waits on the loop until it is writable, up to `deadline`. The
-  // caller has no other operation on the socket.
+  // kTransmitStep bytes run on the transmit pool (send_step: memory by
+  // sendmsg, file ranges by sendfile(2); the socket is non-blocking), so
+  // that copies into the socket never take the loop's CPU; the last
+  // kSendOnLoop bytes go from the loop. While the socket is full, waits on
+  // the loop until it is writable, up to `deadline`. The caller has no other
+  // operation on the socket.
   static awaitable<Sent> transmit(std::shared_ptr<Impl> self, std::shared_ptr<Conn> conn, std::vector<Segment> out,
                                   std::chrono::steady_clock::time_point deadline) {
     auto& sock = conn->stream.socket();
@@ -1002,14 +983,14 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
       int err = kDiskWait;
       if (left <= kSendOnLoop) {
         const Progress before = at;
-        err = transmit_step(sock.native_handle(), out, at, true);
+        err = send_step(sock.native_handle(), out, at, true);
         count(before);
       }
       if (err == kDiskWait) {
         const Progress before = at;
         self->metrics.transmit_step_on_pool();
         auto step = [fd = sock.native_handle(), segments = &out, progress = &at] {
-          return transmit_step(fd, *segments, *progress);
+          return send_step(fd, *segments, *progress);
         };
         err = co_await self->inbox->run(self->transmit_pool, std::move(step), use_awaitable);
         count(before);
@@ -1039,59 +1020,7 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
     co_return sent;
   }
 
-  // Sends from `*at` on, segments of at most kTransmitStep bytes each until
-  // that many went out (a header and a 1 MiB body: one step), without blocking;
-  // advances `*at`. Returns 0 when that much (or the rest) went out, EAGAIN
-  // when the socket took nothing more, else the errno that ended it. On the
-  // loop (`on_loop`), file ranges go only from the page cache, never from
-  // the disk: kDiskWait when they are not cached.
-  static int transmit_step(int socket, const std::vector<Segment>& out, Progress& at, bool on_loop = false) {
-    std::uint64_t moved = 0;
-    while (at.segment < out.size() && moved < kTransmitStep) {
-      const Segment& s = out[at.segment];
-      const std::uint64_t left = s.length - at.done;
-      std::uint64_t want = std::min(left, kTransmitStep);
-      ssize_t n = 0;
-      const char* from = s.data ? static_cast<const char*>(s.data) + at.done : nullptr;
-      if (!from && on_loop && want > 0 && !in_page_cache(s.fd, s.offset + at.done, want)) return kDiskWait;
-      if (want > 0) {
-        if (from) {
-          const bool more = want < left || at.segment + 1 < out.size();  // hold partial frames
-          n = ::send(socket, from, want, MSG_NOSIGNAL | (more ? MSG_MORE : 0));
-        } else {
-          off_t offset = static_cast<off_t>(s.offset + at.done);
-          n = ::sendfile(socket, s.fd, &offset, want);
-          if (n == 0) return ENODATA;
-        }
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) return errno == EWOULDBLOCK ? EAGAIN : errno;
-      }
-      moved += static_cast<std::uint64_t>(n);
-      at.done += static_cast<std::uint64_t>(n);
-      if (at.done == s.length) at = {at.segment + 1, 0};
-    }
-    return 0;
-  }
 
-  // Whether the page cache holds all of `length` bytes at `offset` of the
-  // file (cachestat(2), Linux 6.5; without it: no). It starts no read.
-  static bool in_page_cache(int fd, std::uint64_t offset, std::uint64_t length) {
-    static const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
-    struct Range {
-      std::uint64_t off, len;
-    } range{offset / page * page, length + offset % page};
-    struct {
-      std::uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
-    } stat{};
-    constexpr long kCachestat = 451;  // x86-64 and arm64 alike (Debian 12's headers predate it)
-    static std::atomic<bool> missing{false};
-    if (missing.load(std::memory_order_relaxed)) return false;
-    if (::syscall(kCachestat, fd, &range, &stat, 0) != 0) {
-      if (errno == ENOSYS) missing = true;
-      return false;
-    }
-    return stat.nr_cache * page >= range.len;
-  }
 
   // -- routes --
 
