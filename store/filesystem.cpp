@@ -857,18 +857,27 @@ std::optional<ReadResult> FilesystemStore::read_whole_now(const std::string& key
   return result;
 }
 
+namespace {
+
+// Whether try_read_now declines `options` without a system call: a whole
+// value expected larger than the I/O thread may copy, which read() then
+// takes, rather than an open, fstat and close first for nothing.
+bool expected_too_large(const ReadOptions& options) {
+  return options.range.kind == ByteRange::Kind::full &&
+         (options.into.empty() ? options.size_hint : options.into.size()) > kReadNowBytes;
+}
+
+}  // namespace
+
 // With io_uring only (else every operation goes to the pool): open, fstat,
 // read_cached, close; without the fstat (read_whole_now) for a whole value
 // that fits ReadOptions::into, or size_hint, when the caller needs no
 // generation.
 std::optional<ReadResult> FilesystemStore::try_read_now(const std::string& key, const ReadOptions& options) {
   check_key(key);
-  if (!uses_io_uring()) return std::nullopt;
+  if (!uses_io_uring() || expected_too_large(options)) return std::nullopt;
   if (options.range.kind == ByteRange::Kind::full) {
     const std::size_t most = options.into.empty() ? options.size_hint : options.into.size();
-    // A whole value expected larger than this thread may copy: read() takes
-    // it, rather than an open, fstat and close here first for nothing.
-    if (most > kReadNowBytes) return std::nullopt;
     if (most > 0 && !options.need_generation && options.if_equal.unknown() &&
         nowait_reads_.load(std::memory_order_relaxed))
       if (auto r = read_whole_now(key, options)) return r;
@@ -885,7 +894,11 @@ std::optional<ReadResult> FilesystemStore::try_read_now(const std::string& key, 
 void FilesystemStore::try_read_now_many(std::span<const std::string> keys, std::span<const ReadOptions> options,
                                         std::span<ReadNow> out) {
   constexpr std::size_t kShareFrom = 8;
-  if (keys.size() < kShareFrom || !uses_io_uring()) return Store::try_read_now_many(keys, options, out);
+  // Worth a helper only when enough keys will cost system calls.
+  const auto calls = static_cast<std::size_t>(std::count_if(options.begin(), options.end(), [](const ReadOptions& o) {
+    return !expected_too_large(o);
+  }));
+  if (calls < kShareFrom || !uses_io_uring()) return Store::try_read_now_many(keys, options, out);
   struct Shared {
     Shared(std::span<const std::string> k, std::span<const ReadOptions> o, std::span<ReadNow> r)
         : keys(k), options(o), out(r) {}
