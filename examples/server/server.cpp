@@ -921,9 +921,6 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
     co_return sent;
   }
 
-  // Bytes to send: `length` bytes at `data`, or, when `data` is null, at
-  // `offset` in the file `fd`.
-
   // transmit, failing with system_error when it fails (for a parallel group).
   static awaitable<void> transmit_or_throw(std::shared_ptr<Impl> self, std::shared_ptr<Conn> conn,
                                            std::vector<Segment> out, std::chrono::steady_clock::time_point deadline,
