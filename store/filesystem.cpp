@@ -895,10 +895,11 @@ void FilesystemStore::try_read_now_many(std::span<const std::string> keys, std::
                                         std::span<ReadNow> out) {
   constexpr std::size_t kShareFrom = 8;
   // Worth a helper only when enough keys will cost system calls.
-  const auto calls = static_cast<std::size_t>(std::count_if(options.begin(), options.end(), [](const ReadOptions& o) {
-    return !expected_too_large(o);
-  }));
-  if (calls < kShareFrom || !uses_io_uring()) return Store::try_read_now_many(keys, options, out);
+  std::size_t calls = 0;
+  if (uses_io_uring())
+    for (const ReadOptions& o : options)
+      if (!expected_too_large(o) && ++calls == kShareFrom) break;
+  if (calls < kShareFrom) return Store::try_read_now_many(keys, options, out);
   struct Shared {
     Shared(std::span<const std::string> k, std::span<const ReadOptions> o, std::span<ReadNow> r)
         : keys(k), options(o), out(r) {}

@@ -17,27 +17,25 @@ int send_step(int socket, const std::vector<Segment>& out, Progress& at, bool on
   std::uint64_t moved = 0;
   while (at.segment < out.size() && moved < kTransmitStep) {
     const Segment& s = out[at.segment];
-    const std::uint64_t budget = kTransmitStep - moved;
     ssize_t n = 0;
-    if (s.data) {
+    if (s.data) {  // this and the memory segments after it, up to kTransmitStep bytes
       constexpr std::size_t kGather = 8;
       iovec iov[kGather];
       std::size_t count = 0, i = at.segment;
       std::uint64_t gathered = 0, skip = at.done;
-      for (; i < out.size() && out[i].data && count < kGather && gathered < budget; ++i, skip = 0) {
-        const std::uint64_t take = std::min(out[i].length - skip, budget - gathered);
+      for (; i < out.size() && out[i].data && count < kGather && gathered < kTransmitStep; ++i, skip = 0) {
+        const std::uint64_t take = std::min(out[i].length - skip, kTransmitStep - gathered);
         iov[count++] = {const_cast<char*>(static_cast<const char*>(out[i].data)) + skip, take};
         gathered += take;
-        if (take < out[i].length - skip) break;
+        if (take < out[i].length - skip) break;  // i: partly taken
       }
-      if (gathered > 0) {
-        msghdr msg{};
-        msg.msg_iov = iov;
-        msg.msg_iovlen = count;
-        const bool more = i < out.size();  // hold partial frames
-        n = ::sendmsg(socket, &msg, MSG_NOSIGNAL | (more ? MSG_MORE : 0));
-      }
-    } else if (const std::uint64_t want = std::min(s.length - at.done, budget); want > 0) {
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = count;
+      const bool more = i < out.size();  // hold partial frames
+      n = ::sendmsg(socket, &msg, MSG_NOSIGNAL | (more ? MSG_MORE : 0));
+      if (n == 0 && gathered > 0) return EAGAIN;
+    } else if (const std::uint64_t want = std::min(s.length - at.done, kTransmitStep); want > 0) {
       if (on_loop && !in_page_cache(s.fd, s.offset + at.done, want)) return kDiskWait;
       off_t offset = static_cast<off_t>(s.offset + at.done);
       n = ::sendfile(socket, s.fd, &offset, want);
@@ -46,7 +44,7 @@ int send_step(int socket, const std::vector<Segment>& out, Progress& at, bool on
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return errno == EWOULDBLOCK ? EAGAIN : errno;
     moved += static_cast<std::uint64_t>(n);
-    for (auto left = static_cast<std::uint64_t>(n);;) {  // advance over what went out
+    for (auto left = static_cast<std::uint64_t>(n);;) {  // advance over what went out (and empty segments)
       const std::uint64_t here = std::min(left, out[at.segment].length - at.done);
       at.done += here;
       left -= here;
