@@ -1021,8 +1021,6 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
     co_return sent;
   }
 
-
-
   // -- routes --
 
   awaitable<Reply> handle(http::verb method, std::string target_text, Preconditions pre,
