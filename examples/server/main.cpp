@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
   unsigned io_threads = 1, codec_threads = 0;
   int codec_nice = 10;
   bool codec_sched_idle = true;
-  unsigned io_time_slice_us = 100;
+  unsigned io_time_slice_us = 100, round_budget_us = 500;
   double metadata_s = 1, slice_queue_s = 10, header_s = 10, body_s = 10, idle_s = 30, write_s = 30, shutdown_s = 10;
   std::uint64_t max_response_mib = 256, slice_memory_mib = 1024;
   bool verbose = false;
@@ -57,6 +57,11 @@ int main(int argc, char** argv) {
   app.add_option("--io-time-slice-us", io_time_slice_us,
                  "Time slice asked of the kernel for each I/O thread, us (0: the kernel's default; Linux >= 6.12)")
       ->check(CLI::Range(0u, 100000u))
+      ->capture_default_str();
+  app.add_option("--loop-round-budget-us", round_budget_us,
+                 "With one I/O thread: a request finding that the loop has not polled for this long waits for the next "
+                 "poll, so that timers and new clients come first, us (0: off)")
+      ->check(CLI::Range(0u, 1000000u))
       ->capture_default_str();
   app.add_option("--max-connections", opt.max_connections, "Open connections; more get 503")->capture_default_str();
   app.add_option("--max-header-bytes", opt.max_header_bytes, "Request header size limit (431 over it)")->capture_default_str();
@@ -98,6 +103,7 @@ int main(int argc, char** argv) {
   opt.shutdown_deadline = ms(shutdown_s);
   opt.max_response_bytes = max_response_mib << 20;
   opt.slice_memory = slice_memory_mib << 20;
+  if (io_threads == 1) opt.loop_round_budget = std::chrono::microseconds(round_budget_us);
   if (verbose) spdlog::set_level(spdlog::level::debug);
   if (opt.access_log) spdlog::stdout_logger_mt("access")->set_pattern("%Y-%m-%dT%H:%M:%S.%e %v");
 

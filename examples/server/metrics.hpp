@@ -35,6 +35,8 @@ class Metrics {
   void request_cancelled() { cancelled_.fetch_add(1, std::memory_order_relaxed); }
   void sent_from_file(std::uint64_t bytes) { sendfile_bytes_.fetch_add(bytes, std::memory_order_relaxed); }
   void transmit_step_on_pool() { pool_steps_.fetch_add(1, std::memory_order_relaxed); }
+  // A request that waited for the loop's next poll (ServerOptions::loop_round_budget).
+  void request_deferred() { deferred_.fetch_add(1, std::memory_order_relaxed); }
   // The memory of slice responses in flight: reserves `bytes` if the total
   // stays within `limit` (true), else reserves nothing (false).
   bool reserve_slice_memory(std::uint64_t bytes, std::uint64_t limit) {
@@ -64,6 +66,7 @@ class Metrics {
   std::atomic<std::uint64_t> cancelled_{0};
   std::atomic<std::uint64_t> sendfile_bytes_{0};
   std::atomic<std::uint64_t> pool_steps_{0};
+  std::atomic<std::uint64_t> deferred_{0};
   std::atomic<std::uint64_t> slice_bytes_{0};
 };
 

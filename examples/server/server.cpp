@@ -493,7 +493,8 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
         deadline(strand),
         transmit_threads(opt.transmit_threads ? opt.transmit_threads : std::max(1u, std::thread::hardware_concurrency() / 2)),
         transmit_pool(transmit_threads),
-        inbox(std::make_shared<LoopInbox>(rt.io_context())) {
+        inbox(std::make_shared<LoopInbox>(rt.io_context())),
+        round_poll(rt.io_context()) {
     // sendfile(2) has no MSG_NOSIGNAL: a client gone mid-body must not kill us.
     std::signal(SIGPIPE, SIG_IGN);
     for (unsigned i = 0; i < transmit_threads; ++i)  // named for top -H and perf (best effort)
@@ -517,6 +518,12 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
   const unsigned transmit_threads;
   asio::thread_pool transmit_pool;  // copies of large bodies into sockets
   const std::shared_ptr<LoopInbox> inbox;  // the transmit pool's way back to the loop
+  // The loop's round budget (ServerOptions::loop_round_budget): since when
+  // the requests have kept the loop from polling, and a due timer that
+  // completes at its next poll. Touched on the loop only.
+  asio::steady_timer round_poll;
+  std::chrono::steady_clock::time_point round_start;
+  bool round_open = false;
   std::atomic<bool> stopping{false};
 
   std::mutex arrays_mu;  // guards arrays
@@ -536,6 +543,24 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
   std::vector<std::function<void()>> on_stopped;  // shutdown() callbacks still to call
 
   // -- connections --
+
+  // True when the loop has run handlers for longer than the budget since
+  // the first request that found it between polls: a request starting now
+  // should wait for the next poll. Asio completes due timers after the
+  // poll's ready sockets, earliest first: `round_poll` (due since forever)
+  // opens the next round, then waiting requests and other timers run in
+  // the order they became due.
+  bool round_spent() {
+    const auto now = std::chrono::steady_clock::now();
+    if (round_open) return now - round_start > opt.loop_round_budget;
+    round_open = true;
+    round_start = now;
+    round_poll.expires_at(std::chrono::steady_clock::time_point::min());
+    round_poll.async_wait([w = weak_from_this()](boost::system::error_code) {
+      if (auto self = w.lock()) self->round_open = false;
+    });
+    return false;
+  }
 
   static awaitable<void> accept_loop(std::shared_ptr<Impl> self) {
     for (;;) {
@@ -692,7 +717,18 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
       }
       const Request& req = parser.get();
 
-      // 4. Answer.
+      // 4. Answer, once the loop's round has room for it; a request that
+      // has to wait again keeps its place in the line. A health check skips
+      // the line: answering it costs less than waiting, and a load balancer
+      // must not take a busy server for a dead one.
+      if (opt.loop_round_budget.count() > 0 && req.target() != "/healthz" && self->round_spent()) {
+        self->metrics.request_deferred();
+        conn->timer.expires_at(std::chrono::steady_clock::now());
+        do {
+          auto [wec] = co_await conn->timer.async_wait(kTuple);
+          (void)wec;  // no one cancels it: the wait ends at the next poll
+        } while (self->round_spent());
+      }
       self->metrics.request_started();
       Reply r;
       std::string target(req.target());
@@ -819,17 +855,13 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
       r.body = std::monostate{};
     }
     const auto deadline = std::chrono::steady_clock::now() + self->opt.write_timeout + std::chrono::seconds(body >> 20);
-    conn->stream.expires_at(deadline);
     Sent sent;
-    // A body held in memory goes through Beast's serializer: sending it with
-    // its header by send_step instead spends less of the loop's CPU a
-    // request, but at 4 KB the loop, then saturated, ran fuller rounds and
-    // its lag p99 passed 2 ms (README, "Why the misses").
-    if (std::holds_alternative<std::monostate>(r.body)) {
-      auto [ec, n] = co_await http::async_write(conn->stream, res, kTuple);
-      sent = {ec, n};
+    std::string head = header_text(res);
+    if (std::holds_alternative<std::monostate>(r.body)) {  // header and body in one sendmsg
+      const auto& b = res.body();
+      std::vector<Segment> out{Segment::of(head), Segment{b.data(), -1, 0, b.size()}};
+      sent = co_await transmit(self, conn, std::move(out), deadline);
     } else {
-      std::string head = header_text(res);
       if (auto* file = std::get_if<FileBody>(&r.body))
         sent = co_await send_file(self, conn, std::move(head), std::move(*file), deadline);
       else
