@@ -104,6 +104,8 @@ int main(int argc, char** argv) {
   opt.max_response_bytes = max_response_mib << 20;
   opt.slice_memory = slice_memory_mib << 20;
   if (io_threads == 1) opt.loop_round_budget = std::chrono::microseconds(round_budget_us);
+  else if (app.count("--loop-round-budget-us") > 0 && round_budget_us > 0)
+    spdlog::warn("--loop-round-budget-us is ignored with more than one I/O thread");
   if (verbose) spdlog::set_level(spdlog::level::debug);
   if (opt.access_log) spdlog::stdout_logger_mt("access")->set_pattern("%Y-%m-%dT%H:%M:%S.%e %v");
 

@@ -395,7 +395,7 @@ tcp::endpoint parse_listen(const std::string& text) {
 struct Conn {
   explicit Conn(tcp::socket s) : stream(std::move(s)), timer(stream.get_executor()) {}
   beast::tcp_stream stream;
-  asio::steady_timer timer;  // the write deadline while a body waits for the socket
+  asio::steady_timer timer;  // the write deadline while a body waits for the socket; the round budget's wait
   std::uint64_t write_seq = 0;  // which transmission the timer belongs to
   bool idle = false;            // waiting for the next request (shutdown may close it)
   // Cancels the engine work of the request in flight (its slice decodes);
@@ -544,13 +544,13 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
 
   // -- connections --
 
-  // True when the loop has run handlers for longer than the budget since
-  // the first request that found it between polls: a request starting now
-  // should wait for the next poll. Asio completes due timers after the
-  // poll's ready sockets, earliest first: `round_poll` (due since forever)
-  // opens the next round, then waiting requests and other timers run in
-  // the order they became due.
-  bool round_spent() {
+  // True when a request starting now should wait for the loop's next poll:
+  // the round, opened by the first request that found none open (here,
+  // arming `round_poll`), has run longer than the budget. Asio completes
+  // due timers after the poll's ready sockets, earliest first:
+  // `round_poll` (due since forever) closes the round, then waiting
+  // requests and other timers run in the order they became due.
+  bool should_wait_for_poll() {
     const auto now = std::chrono::steady_clock::now();
     if (round_open) return now - round_start > opt.loop_round_budget;
     round_open = true;
@@ -721,13 +721,13 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
       // has to wait again keeps its place in the line. A health check skips
       // the line: answering it costs less than waiting, and a load balancer
       // must not take a busy server for a dead one.
-      if (opt.loop_round_budget.count() > 0 && req.target() != "/healthz" && self->round_spent()) {
+      if (opt.loop_round_budget.count() > 0 && req.target() != "/healthz" && self->should_wait_for_poll()) {
         self->metrics.request_deferred();
         conn->timer.expires_at(std::chrono::steady_clock::now());
         do {
           auto [wec] = co_await conn->timer.async_wait(kTuple);
           (void)wec;  // no one cancels it: the wait ends at the next poll
-        } while (self->round_spent());
+        } while (self->should_wait_for_poll());
       }
       self->metrics.request_started();
       Reply r;
