@@ -59,8 +59,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0u, 100000u))
       ->capture_default_str();
   app.add_option("--loop-round-budget-us", round_budget_us,
-                 "With one I/O thread: a request finding that the loop has not polled for this long waits for the next "
-                 "poll, so that timers and new clients come first, us (0: off)")
+                 "With one I/O thread: a request this far into a round of the loop (from the first request to the "
+                 "next poll for events) waits for the next poll, so that timers and new clients come first, us (0: off)")
       ->check(CLI::Range(0u, 1000000u))
       ->capture_default_str();
   app.add_option("--max-connections", opt.max_connections, "Open connections; more get 503")->capture_default_str();
