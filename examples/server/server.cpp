@@ -44,6 +44,7 @@
 
 #include "http_util.hpp"
 #include "loop_inbox.hpp"
+#include "loop_round.hpp"
 #include "transmit.hpp"
 #include "viewer_assets.hpp"
 
@@ -395,7 +396,7 @@ tcp::endpoint parse_listen(const std::string& text) {
 struct Conn {
   explicit Conn(tcp::socket s) : stream(std::move(s)), timer(stream.get_executor()) {}
   beast::tcp_stream stream;
-  asio::steady_timer timer;  // the write deadline while a body waits for the socket; the round budget's wait
+  asio::steady_timer timer;  // the write deadline while a body waits for the socket
   std::uint64_t write_seq = 0;  // which transmission the timer belongs to
   bool idle = false;            // waiting for the next request (shutdown may close it)
   // Cancels the engine work of the request in flight (its slice decodes);
@@ -494,7 +495,8 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
         transmit_threads(opt.transmit_threads ? opt.transmit_threads : std::max(1u, std::thread::hardware_concurrency() / 2)),
         transmit_pool(transmit_threads),
         inbox(std::make_shared<LoopInbox>(rt.io_context())),
-        round_poll(rt.io_context()) {
+        round(opt.loop_round_budget.count() > 0 ? std::make_shared<LoopRound>(rt.io_context(), opt.loop_round_budget)
+                                                : nullptr) {
     // sendfile(2) has no MSG_NOSIGNAL: a client gone mid-body must not kill us.
     std::signal(SIGPIPE, SIG_IGN);
     for (unsigned i = 0; i < transmit_threads; ++i)  // named for top -H and perf (best effort)
@@ -518,12 +520,7 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
   const unsigned transmit_threads;
   asio::thread_pool transmit_pool;  // copies of large bodies into sockets
   const std::shared_ptr<LoopInbox> inbox;  // the transmit pool's way back to the loop
-  // The loop's round budget (ServerOptions::loop_round_budget): since when
-  // the requests have kept the loop from polling, and a due timer that
-  // completes at its next poll. Touched on the loop only.
-  asio::steady_timer round_poll;
-  std::chrono::steady_clock::time_point round_start;
-  bool round_open = false;
+  const std::shared_ptr<LoopRound> round;  // the loop's round budget; null when off
   std::atomic<bool> stopping{false};
 
   std::mutex arrays_mu;  // guards arrays
@@ -543,24 +540,6 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
   std::vector<std::function<void()>> on_stopped;  // shutdown() callbacks still to call
 
   // -- connections --
-
-  // True when a request starting now should wait for the loop's next poll:
-  // the round, opened by the first request that found none open (here,
-  // arming `round_poll`), has run longer than the budget. Asio completes
-  // due timers after the poll's ready sockets, earliest first:
-  // `round_poll` (due since forever) closes the round, then waiting
-  // requests and other timers run in the order they became due.
-  bool should_wait_for_poll() {
-    const auto now = std::chrono::steady_clock::now();
-    if (round_open) return now - round_start > opt.loop_round_budget;
-    round_open = true;
-    round_start = now;
-    round_poll.expires_at(std::chrono::steady_clock::time_point::min());
-    round_poll.async_wait([w = weak_from_this()](boost::system::error_code) {
-      if (auto self = w.lock()) self->round_open = false;
-    });
-    return false;
-  }
 
   static awaitable<void> accept_loop(std::shared_ptr<Impl> self) {
     for (;;) {
@@ -717,17 +696,12 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
       }
       const Request& req = parser.get();
 
-      // 4. Answer, once the loop's round has room for it; a request that
-      // has to wait again keeps its place in the line. A health check skips
-      // the line: answering it costs less than waiting, and a load balancer
-      // must not take a busy server for a dead one.
-      if (opt.loop_round_budget.count() > 0 && req.target() != "/healthz" && self->should_wait_for_poll()) {
+      // 4. Answer, once the loop's round has room for it (LoopRound). A
+      // health check skips the line: answering it costs less than waiting,
+      // and a load balancer must not take a busy server for a dead one.
+      if (self->round && req.target() != "/healthz" && self->round->spent()) {
         self->metrics.request_deferred();
-        conn->timer.expires_at(std::chrono::steady_clock::now());
-        do {
-          auto [wec] = co_await conn->timer.async_wait(kTuple);
-          (void)wec;  // no one cancels it: the wait ends at the next poll
-        } while (self->should_wait_for_poll());
+        co_await self->round->async_wait(use_awaitable);
       }
       self->metrics.request_started();
       Reply r;

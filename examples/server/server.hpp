@@ -88,15 +88,15 @@ struct ServerOptions {
   std::chrono::milliseconds idle_timeout{30'000};    // keep-alive: wait for the next request
   std::chrono::milliseconds write_timeout{30'000};   // per response, plus 1 s per MiB of body
   std::chrono::milliseconds shutdown_deadline{10'000};  // in-flight requests get this long
-  // The I/O loop's round budget. A round opens with the first request that
-  // finds none open and closes at the loop's next poll for events; a
-  // request about to be answered longer than this into a round first waits
-  // for the next poll (a steady timer that is already due), so that timers
-  // and new clients are not queued behind a whole round of requests: it
-  // bounds the loop's lag when many small requests keep it busy. A request
-  // for "/healthz" never waits. Only for an io_context that one thread
-  // runs (the state is not synchronized). 0: off (zarrcoro-server sets
-  // 500 us with --io-threads 1).
+  // The I/O loop's round budget (loop_round.hpp). A round opens with the
+  // first request that finds none open and closes at the loop's next poll
+  // for events; a request about to be answered longer than this into a
+  // round first waits, and goes at a later poll in the order the requests
+  // began to wait, so that timers and new clients are not queued behind a
+  // whole round of requests: it bounds the loop's lag when many small
+  // requests keep it busy. A request for "/healthz" never waits. Only for
+  // an io_context that one thread runs (the state is not synchronized).
+  // 0: off (zarrcoro-server sets 500 us with --io-threads 1).
   std::chrono::microseconds loop_round_budget{0};
   bool access_log = false;                 // one line a request on the "access" spdlog logger
 };
