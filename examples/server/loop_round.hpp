@@ -4,7 +4,8 @@
 // the loop's next poll for events. A request that finds the round older
 // than the budget waits, and is let through at a later poll, in the order
 // the requests began to wait, while that poll's round has room. So timers
-// and new clients are not queued behind a whole round of requests.
+// and new clients wait for about one budget of requests (and the rest of
+// that poll's ready sockets), not for a whole round of them.
 //
 // The loop's poll is seen through an eventfd that is always readable: each
 // wait on it re-arms it in epoll (one epoll_ctl) and completes at the next
@@ -14,6 +15,12 @@
 //
 // Thread-safety: only for an io_context that one thread runs; every member
 // is called on that thread. Linux only (eventfd(2)).
+//
+// Lifetime: a waiting request is released only by a poll. Requests still
+// waiting when the io_context is destroyed without running again are never
+// resumed, and what their frames hold (the server, through them this
+// object) is not freed: stop a server with Server::shutdown, which drains
+// every connection before its callback, waiting ones included.
 #pragma once
 
 #include <sys/eventfd.h>
@@ -91,7 +98,7 @@ class LoopRound : public std::enable_shared_from_this<LoopRound> {
     watching_ = false;
     open_ = false;
     while (!waiting_.empty()) {
-      if (!ec && spent()) return;  // spent() opened the round, and watches for its end
+      if (!ec && spent()) return;  // the round this poll opened is spent; it watches for its end
       auto handler = std::move(waiting_.front());
       waiting_.pop_front();
       boost::asio::dispatch(std::move(handler));

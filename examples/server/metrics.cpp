@@ -73,7 +73,7 @@ std::string Metrics::render(const RuntimeStats& stats, const LoopLag& lag) const
          "Body sends run on the transmit pool (large bodies, and small ones not in the page cache).");
   sample(out, "zarrcoro_http_transmit_pool_steps_total", static_cast<double>(pool_steps_.load()));
   metric(out, "zarrcoro_http_requests_deferred_total", "counter",
-         "Requests that waited for the I/O loop's next poll because its round had run past its budget.");
+         "Requests that waited for a later poll of the I/O loop because its round had run past its budget.");
   sample(out, "zarrcoro_http_requests_deferred_total", static_cast<double>(deferred_.load()));
   metric(out, "zarrcoro_http_slice_memory_bytes", "gauge", "Memory reserved by slice responses in flight.");
   sample(out, "zarrcoro_http_slice_memory_bytes", static_cast<double>(slice_bytes_.load()));
