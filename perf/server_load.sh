@@ -230,20 +230,28 @@ probe_row() {
   printf "%-36s %10s %9s %9s %7d  %s\n" "$label" "" "$(ms "$hp50")" "$(ms "$PROBE_P99")" "$herr" "max $(ms "$hmax") ms"
   PROBE_P99=$(ms "$PROBE_P99")
 }
+# probed_load URL SCRIPT LISTFILE PROBE_URL: the load, with the low-rate
+# prober of PROBE_URL alongside (its output in $TMP/probe.txt); sets
+# LOAD_RESULT ("req/s p50_us p99_us errors") and STOLEN (ms of CPU the host
+# took meanwhile).
+probed_load() {
+  local stolen_before probe
+  stolen_before=$(stolen_ms)
+  wrk -t1 -c1 -d"${SECONDS_PER_RUN}s" --timeout 10s -s "$TMP/slow.lua" "$4" > "$TMP/probe.txt" &
+  probe=$!
+  LOAD_RESULT=$(load "$1" "$2" "$3" /)
+  wait "$probe"
+  STOLEN=$(($(stolen_ms) - stolen_before))
+}
 # nginx_run LABEL LISTFILE: the load on nginx with the prober of a small
 # file alongside; prints both rows; sets NGINX_RPS and NGINX_PROBE_P99.
 nginx_run() {
-  local url="http://127.0.0.1:$NGINX_PORT" stolen_before
-  stolen_before=$(stolen_ms)
-  wrk -t1 -c1 -d"${SECONDS_PER_RUN}s" --timeout 10s -s "$TMP/slow.lua" "$url/probe" > "$TMP/probe.txt" &
-  local probe=$!
-  local n
-  n=$(load "$url" "$TMP/paths.lua" "$2" /)
-  wait "$probe"
-  row "$1" "$n"
-  read -r NGINX_RPS _ <<< "$n"
+  local url="http://127.0.0.1:$NGINX_PORT"
+  probed_load "$url" "$TMP/paths.lua" "$2" "$url/probe"
+  row "$1" "$LOAD_RESULT"
+  read -r NGINX_RPS _ <<< "$LOAD_RESULT"
   probe_row "  3-byte file alongside (1 conn)" "$TMP/probe.txt"
-  printf "%-36s %s\n" "  taken by the VM's host" "$(($(stolen_ms) - stolen_before)) ms of CPU"
+  printf "%-36s %s\n" "  taken by the VM's host" "$STOLEN ms of CPU"
   NGINX_PROBE_P99=$PROBE_P99
 }
 # server_run LABEL LUA LISTFILE [NGINX_RPS [NGINX_PROBE_P99]]: a fresh server, the load with
@@ -251,20 +259,14 @@ nginx_run() {
 server_run() {
   local label=$1 script=$2 list=$3 nginx_rps=${4:-} nginx_probe=${5:-}
   start_server
-  local stolen_before
-  stolen_before=$(stolen_ms)
-  wrk -t1 -c1 -d"${SECONDS_PER_RUN}s" --timeout 10s -s "$TMP/slow.lua" "$SERVER_URL/healthz" > "$TMP/healthz.txt" &
-  local probe=$!
-  local z
-  z=$(load "$SERVER_URL" "$script" "$list" /)
-  wait "$probe"
-  local stolen=$(($(stolen_ms) - stolen_before))
+  probed_load "$SERVER_URL" "$script" "$list" "$SERVER_URL/healthz"
+  local z=$LOAD_RESULT stolen=$STOLEN
   read -r LAG_P50 LAG_P99 LAG_MAX <<< "$(loop_lag)"
   read -r LAST_RPS _ _ _ <<< "$z"
   local ratio=""
   [ -n "$nginx_rps" ] && ratio=$(printf 'x%.2f of nginx; ' "$(echo "$LAST_RPS / $nginx_rps" | bc -l)")
   row "$label" "$z" "${ratio}loop lag p50/p99/max $LAG_P50/$LAG_P99/$LAG_MAX ms"
-  probe_row "  /healthz alongside (1 conn)" "$TMP/healthz.txt"
+  probe_row "  /healthz alongside (1 conn)" "$TMP/probe.txt"
   printf "%-36s %s\n" "  taken by the VM's host" "$stolen ms of CPU"
   HEALTH_P99=$PROBE_P99
   stop_server

@@ -39,21 +39,14 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 
+#include "eventfd.hpp"
+
 namespace zarrcoro::server {
 
 class LoopInbox : public std::enable_shared_from_this<LoopInbox> {
  public:
   // Raises std::system_error when no eventfd can be made or registered.
-  explicit LoopInbox(boost::asio::io_context& io) : efd_(io) {
-    const int fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (fd < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
-    try {
-      efd_.assign(fd);
-    } catch (...) {
-      ::close(fd);
-      throw;
-    }
-  }
+  explicit LoopInbox(boost::asio::io_context& io) : efd_(io) { assign_eventfd(efd_, 0); }
 
   // Runs `job()` (returning a default-constructible R) on `pool` and
   // completes `token` with (exception_ptr, R) on the token's executor,

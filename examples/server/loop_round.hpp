@@ -23,15 +23,9 @@
 // every connection before its callback, waiting ones included.
 #pragma once
 
-#include <sys/eventfd.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <chrono>
-#include <cstdint>
 #include <deque>
 #include <memory>
-#include <system_error>
 #include <utility>
 
 #include <boost/asio/any_completion_handler.hpp>
@@ -40,20 +34,15 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 
+#include "eventfd.hpp"
+
 namespace zarrcoro::server {
 
 class LoopRound : public std::enable_shared_from_this<LoopRound> {
  public:
   // Raises std::system_error when no eventfd can be made or registered.
   LoopRound(boost::asio::io_context& io, std::chrono::microseconds budget) : efd_(io), budget_(budget) {
-    const int fd = ::eventfd(1, EFD_NONBLOCK | EFD_CLOEXEC);  // readable for good: never read
-    if (fd < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
-    try {
-      efd_.assign(fd);
-    } catch (...) {
-      ::close(fd);
-      throw;
-    }
+    assign_eventfd(efd_, 1);  // readable for good: never read
   }
 
   // True when a request starting now has to wait (async_wait): the round
