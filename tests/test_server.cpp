@@ -68,6 +68,7 @@ TEST_CASE("server: not built in this configuration") {
 
 #include "http_util.hpp"
 #include "loop_inbox.hpp"
+#include "loop_round.hpp"
 #include "server.hpp"
 #include "support.hpp"
 #include "transmit.hpp"
@@ -541,6 +542,40 @@ TEST_CASE("server: a LoopInbox resumes on the loop with each job's result or exc
   }
   CHECK(off_loop == 0);
   pool.join();
+}
+
+TEST_CASE("server: a LoopRound lets waiting requests go in order, one budget a poll, and later waiters behind them") {
+  asio::io_context io;
+  auto round = std::make_shared<server::LoopRound>(io, std::chrono::microseconds(1));
+  // Each "request" takes longer than the budget, so each poll lets one go.
+  const auto busy = [] {
+    const auto until = std::chrono::steady_clock::now() + 20us;
+    while (std::chrono::steady_clock::now() < until) {
+    }
+  };
+  std::vector<int> order;
+  int polls_seen = 0;  // incremented by a zero-length io_context::poll loop below
+  std::vector<int> released_at_poll;
+  const auto wait = [&](int id) {
+    round->async_wait([&, id] {
+      order.push_back(id);
+      released_at_poll.push_back(polls_seen);
+      busy();
+      if (id == 0) round->async_wait([&] { order.push_back(99); });  // waits behind the others
+    });
+  };
+  CHECK_FALSE(round->spent());  // opens a round
+  busy();
+  REQUIRE(round->spent());
+  for (int id = 0; id < 5; ++id) wait(id);
+  CHECK(order.empty());  // nobody goes before a poll
+  for (int i = 0; i < 100 && order.size() < 6; ++i) {
+    ++polls_seen;
+    io.run_one_for(1s);
+  }
+  CHECK(order == std::vector<int>{0, 1, 2, 3, 4, 99});
+  REQUIRE(released_at_poll.size() == 5);
+  for (std::size_t i = 1; i < released_at_poll.size(); ++i) CHECK(released_at_poll[i] > released_at_poll[i - 1]);
 }
 
 // A descriptor closed however the test ends.
