@@ -554,7 +554,7 @@ TEST_CASE("server: a LoopRound lets waiting requests go in order, one budget a p
     }
   };
   std::vector<int> order;
-  int polls_seen = 0;  // incremented by a zero-length io_context::poll loop below
+  int polls_seen = 0;  // handlers the loop below has run (each poll of the eventfd is one)
   std::vector<int> released_at_poll;
   const auto wait = [&](int id) {
     round->async_wait([&, id] {
