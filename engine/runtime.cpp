@@ -64,6 +64,17 @@ bool set_thread_time_slice(std::chrono::microseconds slice) {
 #endif
 }
 
+std::chrono::microseconds thread_time_slice() {
+#if defined(SYS_sched_getattr)
+  SchedAttr a{};
+  if (::syscall(SYS_sched_getattr, 0, &a, sizeof a, 0) != 0 || a.sched_policy != 0 /* SCHED_OTHER */)
+    return std::chrono::microseconds(0);
+  return std::chrono::microseconds(a.sched_runtime / 1000);
+#else
+  return std::chrono::microseconds(0);
+#endif
+}
+
 struct Runtime::Impl {
   RuntimeOptions options;
   std::unique_ptr<asio::io_context> owned_io;

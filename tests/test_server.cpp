@@ -23,6 +23,7 @@ TEST_CASE("server: not built in this configuration") {
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/mman.h>
@@ -41,6 +42,7 @@ TEST_CASE("server: not built in this configuration") {
 #include <functional>
 #include <future>
 #include <map>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -51,6 +53,7 @@ TEST_CASE("server: not built in this configuration") {
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -224,6 +227,10 @@ const char* kZstd = R"([{"name":"bytes","configuration":{"endian":"little"}},
 // A server on 127.0.0.1:0 over a fresh temp root, its io_context run by one
 // thread; the root can be filled through `store` (blocking Array API).
 struct TestServer {
+  // Run on the loop's thread before its io_context runs, and after.
+  struct LoopThreadHooks {
+    std::function<void()> before, after;
+  };
   TempDir dir;
   asio::io_context io;
   std::unique_ptr<Runtime> rt;
@@ -232,7 +239,7 @@ struct TestServer {
   std::thread thread;
   bool stopped = false;
 
-  explicit TestServer(server::ServerOptions opt = {}) {
+  explicit TestServer(server::ServerOptions opt = {}, LoopThreadHooks hooks = {}) {
     RuntimeOptions ro;
     ro.codec_threads = 2;
     rt = std::make_unique<Runtime>(io, ro);
@@ -241,7 +248,11 @@ struct TestServer {
     opt.listen = "127.0.0.1:0";
     srv = std::make_unique<server::Server>(*rt, opt);
     srv->start();
-    thread = std::thread([this] { io.run(); });
+    thread = std::thread([this, hooks = std::move(hooks)] {
+      if (hooks.before) hooks.before();
+      io.run();
+      if (hooks.after) hooks.after();
+    });
   }
   ~TestServer() { stop(); }
   unsigned short port() const { return srv->endpoint().port(); }
@@ -1410,6 +1421,64 @@ TEST_CASE("server: with its round budget spent, the loop answers every request e
   for (int k = 0; k < kPipelined; ++k) CHECK(clients.back()->read().body() == "ok\n");
   m = get(s.port(), "/metrics").body();
   CHECK(metric_value(m, "zarrcoro_http_requests_deferred_total") == deferred);
+}
+
+TEST_CASE("server: a real-time loop leaves SCHED_FIFO while it uses more than half its core, returns when idle, and "
+          "shutdown gives back its time slice") {
+  {  // Permitted here? (root, CAP_SYS_NICE or RLIMIT_RTPRIO)
+    bool permitted = false;
+    std::thread([&] {
+      const sched_param p{1};
+      permitted = ::sched_setscheduler(0, SCHED_FIFO, &p) == 0;
+    }).join();
+    if (!permitted) {
+      WARN("SCHED_FIFO is not permitted here: the real-time loop is not exercised");
+      return;
+    }
+  }
+  server::ServerOptions opt;
+  opt.loop_realtime = true;
+  std::chrono::microseconds slice_before{-1}, slice_after{-2};
+  int policy_after = -1;
+  std::optional<TestServer> s;
+  s.emplace(opt, TestServer::LoopThreadHooks{[&] {
+                                               set_thread_time_slice(300us);  // so that its return shows
+                                               slice_before = thread_time_slice();
+                                             },
+                                             [&] {
+                                               policy_after = ::sched_getscheduler(0);
+                                               slice_after = thread_time_slice();
+                                             }});
+  const auto port = s->port();
+  REQUIRE(wait_for_metric(port, "zarrcoro_io_loop_realtime", [](double v) { return v == 1; }) == 1);
+  const auto on_loop = [&](auto f) {  // f() on the loop's thread
+    std::promise<decltype(f())> result;
+    asio::post(s->io, [&] { result.set_value(f()); });
+    return result.get_future().get();
+  };
+  const int policy = on_loop([] { return ::sched_getscheduler(0); });
+  CHECK((policy & ~SCHED_RESET_ON_FORK) == SCHED_FIFO);
+  CHECK((policy & SCHED_RESET_ON_FORK) != 0);
+
+  // 300 ms of the loop's CPU in one handler: the window that holds it is
+  // over half busy even if the VM stops the thread for 100 ms meanwhile.
+  on_loop([] {
+    const auto cpu = [] {
+      timespec ts{};
+      ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+      return ts.tv_sec * 1'000'000'000LL + ts.tv_nsec;
+    };
+    for (const auto until = cpu() + 300'000'000LL; cpu() < until;) {
+    }
+    return 0;
+  });
+  CHECK(wait_for_metric(port, "zarrcoro_io_loop_realtime_left_total", [](double v) { return v >= 1; }) == 1);
+  CHECK(wait_for_metric(port, "zarrcoro_io_loop_realtime", [](double v) { return v == 1; }) == 1);  // idle again
+  CHECK((on_loop([] { return ::sched_getscheduler(0); }) & ~SCHED_RESET_ON_FORK) == SCHED_FIFO);
+
+  s.reset();  // shutdown, then the thread's last words
+  CHECK(policy_after == SCHED_OTHER);
+  CHECK(slice_after == slice_before);
 }
 
 // ---------------------------------------------------------------------------

@@ -41,7 +41,7 @@ void Metrics::response_without_request(const std::string& route, unsigned status
   count(route, status, bytes_sent);
 }
 
-std::string Metrics::render(const RuntimeStats& stats, const LoopLag& lag) const {
+std::string Metrics::render(const RuntimeStats& stats, const LoopLag& lag, const LoopScheduling& sched) const {
   std::string out;
   metric(out, "zarrcoro_http_requests_total", "counter", "HTTP responses by route and status code.");
   {
@@ -85,6 +85,12 @@ std::string Metrics::render(const RuntimeStats& stats, const LoopLag& lag) const
   sample(out, "zarrcoro_io_loop_lag_seconds{quantile=\"1\"}", lag.max_us * 1e-6);
   metric(out, "zarrcoro_io_loop_lag_samples_total", "counter", "Loop-lag probe samples taken.");
   sample(out, "zarrcoro_io_loop_lag_samples_total", static_cast<double>(lag.samples));
+  metric(out, "zarrcoro_io_loop_realtime", "gauge",
+         "1 while the I/O loop's thread runs under SCHED_FIFO (--loop-realtime), else 0.");
+  sample(out, "zarrcoro_io_loop_realtime", sched.realtime ? 1 : 0);
+  metric(out, "zarrcoro_io_loop_realtime_left_total", "counter",
+         "Times the I/O loop's thread left SCHED_FIFO because it used more than half of its core.");
+  sample(out, "zarrcoro_io_loop_realtime_left_total", static_cast<double>(sched.times_left));
 
   metric(out, "zarrcoro_codec_pool_queue_depth", "gauge", "Jobs (batches of chunk work) submitted to the codec pool and not finished.");
   sample(out, "zarrcoro_codec_pool_queue_depth", static_cast<double>(stats.pool_queue_depth));

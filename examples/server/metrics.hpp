@@ -14,6 +14,12 @@
 
 namespace zarrcoro::server {
 
+// The I/O loop thread's scheduling (LoopPriority, ServerOptions::loop_realtime).
+struct LoopScheduling {
+  bool realtime = false;         // under SCHED_FIFO now
+  std::uint64_t times_left = 0;  // windows after which it left SCHED_FIFO for using too much CPU
+};
+
 class Metrics {
  public:
   // A request whose header has been read, until its response is written.
@@ -49,8 +55,9 @@ class Metrics {
   std::int64_t in_flight() const { return in_flight_.load(std::memory_order_relaxed); }
   std::int64_t connections() const { return connections_.load(std::memory_order_relaxed); }
 
-  // The whole exposition text, with the runtime's loop lag and codec pool figures.
-  std::string render(const RuntimeStats& stats, const LoopLag& lag) const;
+  // The whole exposition text, with the runtime's loop lag and codec pool
+  // figures and the loop thread's scheduling.
+  std::string render(const RuntimeStats& stats, const LoopLag& lag, const LoopScheduling& sched) const;
 
  private:
   void count(const std::string& route, unsigned status, std::uint64_t bytes_sent);

@@ -44,6 +44,7 @@
 
 #include "http_util.hpp"
 #include "loop_inbox.hpp"
+#include "loop_priority.hpp"
 #include "loop_round.hpp"
 #include "transmit.hpp"
 #include "viewer_assets.hpp"
@@ -496,7 +497,8 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
         transmit_pool(transmit_threads),
         inbox(std::make_shared<LoopInbox>(rt.io_context())),
         round(opt.loop_round_budget.count() > 0 ? std::make_shared<LoopRound>(rt.io_context(), opt.loop_round_budget)
-                                                : nullptr) {
+                                                : nullptr),
+        priority(opt.loop_realtime ? std::make_shared<LoopPriority>(rt.io_context(), LoopPriority::Limits{}) : nullptr) {
     // sendfile(2) has no MSG_NOSIGNAL: a client gone mid-body must not kill us.
     std::signal(SIGPIPE, SIG_IGN);
     for (unsigned i = 0; i < transmit_threads; ++i)  // named for top -H and perf (best effort)
@@ -521,6 +523,7 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
   asio::thread_pool transmit_pool;  // copies of large bodies into sockets
   const std::shared_ptr<LoopInbox> inbox;  // the transmit pool's way back to the loop
   const std::shared_ptr<LoopRound> round;  // the loop's round budget; null when off
+  const std::shared_ptr<LoopPriority> priority;  // the loop thread under SCHED_FIFO; null when off
   std::atomic<bool> stopping{false};
 
   std::mutex arrays_mu;  // guards arrays
@@ -1043,7 +1046,8 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
     }
     if (path == "metrics") {
       Response res = respond(http::status::ok, "text/plain; version=0.0.4; charset=utf-8");
-      set_body(res, metrics.render(rt.stats(), rt.loop_lag()));
+      const LoopScheduling sched{priority && priority->realtime(), priority ? priority->times_left() : 0};
+      set_body(res, metrics.render(rt.stats(), rt.loop_lag(), sched));
       res.set(http::field::cache_control, "no-store");
       co_return reply("metrics", std::move(res));
     }
@@ -1537,6 +1541,7 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
       on_stopped.push_back(std::move(done));
     }
     if (stopping.exchange(true)) return check_drained();  // a second call: just wait too
+    if (priority) priority->stop();  // queued on the loop before `done` can be
     std::vector<std::shared_ptr<Conn>> open;
     {
       std::lock_guard lk(mu);
@@ -1589,7 +1594,10 @@ tcp::endpoint Server::endpoint() const { return impl_->endpoint; }
 const ServerOptions& Server::options() const { return impl_->opt; }
 const Metrics& Server::metrics() const { return impl_->metrics; }
 
-void Server::start() { asio::co_spawn(impl_->strand, Impl::accept_loop(impl_), log_exception); }
+void Server::start() {
+  if (impl_->priority) impl_->priority->start();
+  asio::co_spawn(impl_->strand, Impl::accept_loop(impl_), log_exception);
+}
 
 void Server::shutdown(std::function<void()> done) { impl_->shutdown(std::move(done)); }
 

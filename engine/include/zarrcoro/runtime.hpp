@@ -186,4 +186,10 @@ class Runtime {
 // calling thread; safe from any thread.
 bool set_thread_time_slice(std::chrono::microseconds slice);
 
+// The calling thread's time slice as the kernel reports it (sched_getattr(2),
+// sched_runtime): its own from set_thread_time_slice, else the kernel's
+// default. 0 when the thread is not SCHED_OTHER or the kernel does not say
+// (before Linux 6.12). Safe from any thread.
+std::chrono::microseconds thread_time_slice();
+
 }  // namespace zarrcoro

@@ -1,0 +1,145 @@
+// LoopPriority: the I/O loop's thread under SCHED_FIFO while the loop is
+// light (ServerOptions::loop_realtime).
+//
+// Why: on a kernel that does not preempt kernel code (Debian's default,
+// "Dynamic Preempt: none"), a loop that wakes on a core held by a thread in a
+// long system call (a 1 MiB sendfile, a client's read of it) waits for that
+// call to end: 2-3 ms at the p99 under 1 MiB key GETs on two cores, however
+// short the loop's own work. A real-time thread takes a core at the next
+// preemption point instead.
+//
+// The guard: a real-time thread that keeps its core busy starves the others
+// on it and, past 95% of a second, is stopped by the kernel's real-time
+// throttling for the rest of it (a 50 ms stall). So every window (10 ms) the
+// loop measures its own CPU time: over `leave` of the window (default half),
+// it goes back to SCHED_OTHER (with the nice and the time slice it had), and
+// under `rejoin` (a quarter) it returns to SCHED_FIFO. A loop saturated by
+// small requests thus stays a normal thread; one that mostly waits is
+// real-time.
+//
+// Needs CAP_SYS_NICE or RLIMIT_RTPRIO >= 1; without them start() logs one
+// warning and the thread stays as it was. The priority is 1, the lowest
+// real-time one, with SCHED_RESET_ON_FORK.
+//
+// Thread-safety: only for an io_context that one thread runs (the thread
+// whose policy changes is whichever runs the handlers). start() and stop()
+// may be called from any thread; realtime() and times_left() too.
+#pragma once
+
+#include <pthread.h>
+#include <sched.h>
+#include <time.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <spdlog/spdlog.h>
+
+#include <zarrcoro/runtime.hpp>
+
+namespace zarrcoro::server {
+
+class LoopPriority : public std::enable_shared_from_this<LoopPriority> {
+ public:
+  // Shares of one core, measured over `window`.
+  struct Limits {
+    std::chrono::milliseconds window{10};
+    double leave = 0.5;    // SCHED_FIFO -> SCHED_OTHER above it
+    double rejoin = 0.25;  // SCHED_OTHER -> SCHED_FIFO below it
+  };
+
+  LoopPriority(boost::asio::io_context& io, Limits limits) : timer_(io), limits_(limits) {}
+
+  // On the loop's thread: remembers its time slice, enters SCHED_FIFO and
+  // starts the guard's window. Warns once and does nothing more if the
+  // kernel refuses.
+  void start() {
+    boost::asio::post(timer_.get_executor(), [self = shared_from_this()] {
+      self->slice_ = thread_time_slice();
+      if (!self->enter_fifo()) {
+        spdlog::warn("server: cannot run the I/O loop under SCHED_FIFO: {} (needs CAP_SYS_NICE or RLIMIT_RTPRIO >= 1)",
+                     std::strerror(errno));
+        return;
+      }
+      self->begin_window();
+    });
+  }
+
+  // On the loop's thread: stops the guard and returns the thread to
+  // SCHED_OTHER with the time slice it had at start().
+  void stop() {
+    boost::asio::post(timer_.get_executor(), [self = shared_from_this()] {
+      self->stopped_ = true;
+      self->timer_.cancel();
+      if (self->realtime_.load()) self->leave_fifo();
+    });
+  }
+
+  bool realtime() const { return realtime_.load(std::memory_order_relaxed); }
+  // Windows after which the loop left SCHED_FIFO for using too much CPU.
+  std::uint64_t times_left() const { return left_.load(std::memory_order_relaxed); }
+
+ private:
+  static std::chrono::nanoseconds thread_cpu() {
+    timespec ts{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
+  }
+
+  bool enter_fifo() {
+    sched_param p{};
+    p.sched_priority = 1;
+    if (::sched_setscheduler(0, SCHED_FIFO | SCHED_RESET_ON_FORK, &p) != 0) return false;
+    realtime_ = true;
+    return true;
+  }
+
+  void leave_fifo() {
+    const sched_param p{};
+    if (::sched_setscheduler(0, SCHED_OTHER, &p) != 0) return;  // cannot fail for a thread that entered FIFO
+    realtime_ = false;
+    // Linux 6.18 keeps a thread's own slice through SCHED_FIFO and back; a
+    // kernel that gave back the default one would undo set_thread_time_slice.
+    if (slice_.count() > 0) set_thread_time_slice(slice_);
+  }
+
+  void begin_window() {
+    if (stopped_) return;
+    cpu_start_ = thread_cpu();
+    wall_start_ = std::chrono::steady_clock::now();
+    timer_.expires_after(limits_.window);
+    timer_.async_wait([w = weak_from_this()](const boost::system::error_code& ec) {
+      if (auto self = w.lock(); self && !ec) self->end_window();
+    });
+  }
+
+  void end_window() {
+    const auto wall = std::chrono::steady_clock::now() - wall_start_;
+    const double share = std::chrono::duration<double>(thread_cpu() - cpu_start_).count() /
+                         std::chrono::duration<double>(wall).count();
+    if (realtime_.load() && share > limits_.leave) {
+      leave_fifo();
+      left_.fetch_add(1, std::memory_order_relaxed);
+    } else if (!realtime_.load() && share < limits_.rejoin) {
+      enter_fifo();
+    }
+    begin_window();
+  }
+
+  boost::asio::steady_timer timer_;
+  const Limits limits_;
+  std::chrono::microseconds slice_{0};
+  std::chrono::nanoseconds cpu_start_{0};
+  std::chrono::steady_clock::time_point wall_start_;
+  bool stopped_ = false;
+  std::atomic<bool> realtime_{false};
+  std::atomic<std::uint64_t> left_{0};
+};
+
+}  // namespace zarrcoro::server
