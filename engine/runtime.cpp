@@ -55,7 +55,7 @@ bool set_thread_time_slice(std::chrono::microseconds slice) {
   if (::syscall(SYS_sched_getattr, 0, &a, sizeof a, 0) != 0 || a.sched_policy != 0 /* SCHED_OTHER */)
     return false;
   a.size = sizeof a;
-  a.sched_flags = 0;
+  a.sched_flags &= 0x01;  // SCHED_FLAG_RESET_ON_FORK: only a privileged thread may clear it
   a.sched_runtime = static_cast<std::uint64_t>(slice.count()) * 1000;  // ns; keeps policy and nice
   return ::syscall(SYS_sched_setattr, 0, &a, 0) == 0;
 #else

@@ -12,11 +12,13 @@
 // on it and, past 95% of a second, is stopped by the kernel's real-time
 // throttling for the rest of it (a 50 ms stall). So every window (10 ms) the
 // loop measures its own CPU time: over `leave` of the window (default half),
-// it goes back to SCHED_OTHER (with the nice and the time slice it had), and
+// it goes back to SCHED_OTHER (with its nice and time slice), and
 // under `rejoin` (a quarter) it returns to SCHED_FIFO, unless the window
 // ended late (over twice its length: the thread may have been kept from its
 // core, e.g. by the VM's host, rather than idle). A loop saturated by small
 // requests thus stays a normal thread; one that mostly waits is real-time.
+// The guard acts between handlers: one handler that ran for most of a
+// second would still be throttled.
 //
 // The cost is the other threads': on a machine whose clients share the
 // cores (perf/server_load.sh on two), the low-rate /healthz prober, itself
@@ -25,14 +27,16 @@
 //
 // Needs CAP_SYS_NICE or RLIMIT_RTPRIO >= 1; without them start() logs one
 // warning and the thread stays as it was. The priority is 1, the lowest
-// real-time one, with SCHED_RESET_ON_FORK.
+// real-time one, with SCHED_RESET_ON_FORK. stop() returns the thread to
+// SCHED_OTHER, whatever policy it had before start().
 //
 // Thread-safety: only for an io_context that one thread runs (the thread
 // whose policy changes is whichever runs the handlers). start() and stop()
-// may be called from any thread; realtime() and times_left() too.
+// may be called from any thread, start() once; realtime() and fifo_exits()
+// too. Both act through handlers posted to the loop: they take effect when
+// it runs them.
 #pragma once
 
-#include <pthread.h>
 #include <sched.h>
 #include <time.h>
 
@@ -47,8 +51,6 @@
 #include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 
-#include <zarrcoro/runtime.hpp>
-
 namespace zarrcoro::server {
 
 class LoopPriority : public std::enable_shared_from_this<LoopPriority> {
@@ -62,12 +64,11 @@ class LoopPriority : public std::enable_shared_from_this<LoopPriority> {
 
   LoopPriority(boost::asio::io_context& io, Limits limits) : timer_(io), limits_(limits) {}
 
-  // On the loop's thread: remembers its time slice, enters SCHED_FIFO and
-  // starts the guard's window. Warns once and does nothing more if the
-  // kernel refuses.
+  // On the loop's thread: enters SCHED_FIFO and starts the guard's window.
+  // Warns once and does nothing more if the kernel refuses.
   void start() {
     boost::asio::post(timer_.get_executor(), [self = shared_from_this()] {
-      self->slice_ = thread_time_slice();
+      if (self->stopped_) return;
       if (!self->enter_fifo()) {
         spdlog::warn("server: cannot run the I/O loop under SCHED_FIFO: {} (needs CAP_SYS_NICE or RLIMIT_RTPRIO >= 1)",
                      std::strerror(errno));
@@ -78,7 +79,7 @@ class LoopPriority : public std::enable_shared_from_this<LoopPriority> {
   }
 
   // On the loop's thread: stops the guard and returns the thread to
-  // SCHED_OTHER with the time slice it had at start().
+  // SCHED_OTHER. Idempotent.
   void stop() {
     boost::asio::post(timer_.get_executor(), [self = shared_from_this()] {
       self->stopped_ = true;
@@ -89,7 +90,7 @@ class LoopPriority : public std::enable_shared_from_this<LoopPriority> {
 
   bool realtime() const { return realtime_.load(std::memory_order_relaxed); }
   // Windows after which the loop left SCHED_FIFO for using too much CPU.
-  std::uint64_t times_left() const { return left_.load(std::memory_order_relaxed); }
+  std::uint64_t fifo_exits() const { return exits_.load(std::memory_order_relaxed); }
 
  private:
   static std::chrono::nanoseconds thread_cpu() {
@@ -98,21 +99,23 @@ class LoopPriority : public std::enable_shared_from_this<LoopPriority> {
     return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
   }
 
-  bool enter_fifo() {
+  // SCHED_RESET_ON_FORK stays set both ways: an unprivileged thread (one
+  // with RLIMIT_RTPRIO only) may not clear it. Since Linux 6.12 the kernel
+  // keeps the thread's own time slice (set_thread_time_slice) through
+  // SCHED_FIFO and back; its nice is kept too.
+  bool set_policy(int policy, int priority) {
     sched_param p{};
-    p.sched_priority = 1;
-    if (::sched_setscheduler(0, SCHED_FIFO | SCHED_RESET_ON_FORK, &p) != 0) return false;
-    realtime_ = true;
+    p.sched_priority = priority;
+    if (::sched_setscheduler(0, policy | SCHED_RESET_ON_FORK, &p) != 0) return false;
+    realtime_ = policy == SCHED_FIFO;
     return true;
   }
-
-  void leave_fifo() {
-    const sched_param p{};
-    if (::sched_setscheduler(0, SCHED_OTHER, &p) != 0) return;  // cannot fail for a thread that entered FIFO
-    realtime_ = false;
-    // Linux 6.18 keeps a thread's own slice through SCHED_FIFO and back; a
-    // kernel that gave back the default one would undo set_thread_time_slice.
-    if (slice_.count() > 0) set_thread_time_slice(slice_);
+  bool enter_fifo() { return set_policy(SCHED_FIFO, 1); }
+  bool leave_fifo() {
+    if (set_policy(SCHED_OTHER, 0)) return true;
+    if (!warned_) spdlog::warn("server: the I/O loop cannot leave SCHED_FIFO: {}", std::strerror(errno));
+    warned_ = true;
+    return false;
   }
 
   void begin_window() {
@@ -126,12 +129,12 @@ class LoopPriority : public std::enable_shared_from_this<LoopPriority> {
   }
 
   void end_window() {
+    if (stopped_) return;  // a window that ended before stop() ran, queued behind it
     const auto wall = std::chrono::steady_clock::now() - wall_start_;
     const double share = std::chrono::duration<double>(thread_cpu() - cpu_start_).count() /
                          std::chrono::duration<double>(wall).count();
     if (realtime_.load() && share > limits_.leave) {
-      leave_fifo();
-      left_.fetch_add(1, std::memory_order_relaxed);
+      if (leave_fifo()) exits_.fetch_add(1, std::memory_order_relaxed);
     } else if (!realtime_.load() && share < limits_.rejoin && wall <= 2 * limits_.window) {
       enter_fifo();  // not after a late window: the thread may have been kept from its core, not idle
     }
@@ -140,12 +143,11 @@ class LoopPriority : public std::enable_shared_from_this<LoopPriority> {
 
   boost::asio::steady_timer timer_;
   const Limits limits_;
-  std::chrono::microseconds slice_{0};
   std::chrono::nanoseconds cpu_start_{0};
   std::chrono::steady_clock::time_point wall_start_;
-  bool stopped_ = false;
+  bool stopped_ = false, warned_ = false;
   std::atomic<bool> realtime_{false};
-  std::atomic<std::uint64_t> left_{0};
+  std::atomic<std::uint64_t> exits_{0};
 };
 
 }  // namespace zarrcoro::server

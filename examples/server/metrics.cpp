@@ -88,9 +88,9 @@ std::string Metrics::render(const RuntimeStats& stats, const LoopLag& lag, const
   metric(out, "zarrcoro_io_loop_realtime", "gauge",
          "1 while the I/O loop's thread runs under SCHED_FIFO (--loop-realtime), else 0.");
   sample(out, "zarrcoro_io_loop_realtime", sched.realtime ? 1 : 0);
-  metric(out, "zarrcoro_io_loop_realtime_left_total", "counter",
+  metric(out, "zarrcoro_io_loop_realtime_exits_total", "counter",
          "Times the I/O loop's thread left SCHED_FIFO because it used more than half of its core.");
-  sample(out, "zarrcoro_io_loop_realtime_left_total", static_cast<double>(sched.times_left));
+  sample(out, "zarrcoro_io_loop_realtime_exits_total", static_cast<double>(sched.fifo_exits));
 
   metric(out, "zarrcoro_codec_pool_queue_depth", "gauge", "Jobs (batches of chunk work) submitted to the codec pool and not finished.");
   sample(out, "zarrcoro_codec_pool_queue_depth", static_cast<double>(stats.pool_queue_depth));

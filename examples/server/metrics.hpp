@@ -17,7 +17,7 @@ namespace zarrcoro::server {
 // The I/O loop thread's scheduling (LoopPriority, ServerOptions::loop_realtime).
 struct LoopScheduling {
   bool realtime = false;         // under SCHED_FIFO now
-  std::uint64_t times_left = 0;  // windows after which it left SCHED_FIFO for using too much CPU
+  std::uint64_t fifo_exits = 0;  // windows after which it left SCHED_FIFO for using too much CPU
 };
 
 class Metrics {

@@ -1046,7 +1046,7 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
     }
     if (path == "metrics") {
       Response res = respond(http::status::ok, "text/plain; version=0.0.4; charset=utf-8");
-      const LoopScheduling sched{priority && priority->realtime(), priority ? priority->times_left() : 0};
+      const LoopScheduling sched{priority && priority->realtime(), priority ? priority->fifo_exits() : 0};
       set_body(res, metrics.render(rt.stats(), rt.loop_lag(), sched));
       res.set(http::field::cache_control, "no-store");
       co_return reply("metrics", std::move(res));
@@ -1584,6 +1584,7 @@ Server::Server(Runtime& rt, ServerOptions options) : impl_(std::make_shared<Impl
 Server::~Server() {
   boost::system::error_code ignored;
   impl_->stopping = true;
+  if (impl_->priority) impl_->priority->stop();  // when shutdown() was not called
   asio::post(impl_->strand, [impl = impl_] {
     boost::system::error_code ec;
     impl->acceptor.close(ec);

@@ -104,9 +104,10 @@ struct ServerOptions {
   // uses less than a quarter (loop_priority.hpp). Under 1 MiB key GETs on
   // two cores it cut the loop's lag p99 from 2.2-3.2 ms to 0.16-0.20 ms,
   // but clients on the same cores wait more at the tail; a loop saturated
-  // by 4 KB GETs stays a normal thread. Needs CAP_SYS_NICE
-  // or RLIMIT_RTPRIO >= 1 (else a warning, and nothing changes). Only for
-  // an io_context that one thread runs. Shown in /metrics as
+  // by 4 KB GETs stays a normal thread. Needs CAP_SYS_NICE or
+  // RLIMIT_RTPRIO >= 1 (else a warning, and nothing changes). shutdown()
+  // (or the destructor) returns the thread to SCHED_OTHER. Only for an
+  // io_context that one thread runs. Shown in /metrics as
   // zarrcoro_io_loop_realtime. Off by default (zarrcoro-server
   // --loop-realtime).
   bool loop_realtime = false;
