@@ -44,20 +44,28 @@ struct SchedAttr {
 };
 static_assert(sizeof(SchedAttr) == 48);
 
+// The calling thread's scheduling attributes, if it is SCHED_OTHER.
+std::optional<SchedAttr> fair_sched_attr() {
+#if defined(SYS_sched_getattr)
+  SchedAttr a{};
+  if (::syscall(SYS_sched_getattr, 0, &a, sizeof a, 0) == 0 && a.sched_policy == 0 /* SCHED_OTHER */) return a;
+#endif
+  return std::nullopt;
+}
+
 }  // namespace
 
 // Measured without it: the I/O thread waited up to 4.5 ms on a core for the
 // rest of a codec thread's slice, nice 10 notwithstanding, while the other
 // core was idle.
 bool set_thread_time_slice(std::chrono::microseconds slice) {
-#if defined(SYS_sched_getattr) && defined(SYS_sched_setattr)
-  SchedAttr a{};
-  if (::syscall(SYS_sched_getattr, 0, &a, sizeof a, 0) != 0 || a.sched_policy != 0 /* SCHED_OTHER */)
-    return false;
-  a.size = sizeof a;
-  a.sched_flags &= 0x01;  // SCHED_FLAG_RESET_ON_FORK: only a privileged thread may clear it
-  a.sched_runtime = static_cast<std::uint64_t>(slice.count()) * 1000;  // ns; keeps policy and nice
-  return ::syscall(SYS_sched_setattr, 0, &a, 0) == 0;
+#if defined(SYS_sched_setattr)
+  auto a = fair_sched_attr();
+  if (!a) return false;
+  a->size = sizeof *a;
+  a->sched_flags &= 0x01;  // SCHED_FLAG_RESET_ON_FORK: only a privileged thread may clear it
+  a->sched_runtime = static_cast<std::uint64_t>(slice.count()) * 1000;  // ns; keeps policy and nice
+  return ::syscall(SYS_sched_setattr, 0, &*a, 0) == 0;
 #else
   (void)slice;
   return false;
@@ -65,14 +73,8 @@ bool set_thread_time_slice(std::chrono::microseconds slice) {
 }
 
 std::chrono::microseconds thread_time_slice() {
-#if defined(SYS_sched_getattr)
-  SchedAttr a{};
-  if (::syscall(SYS_sched_getattr, 0, &a, sizeof a, 0) != 0 || a.sched_policy != 0 /* SCHED_OTHER */)
-    return std::chrono::microseconds(0);
-  return std::chrono::microseconds(a.sched_runtime / 1000);
-#else
-  return std::chrono::microseconds(0);
-#endif
+  const auto a = fair_sched_attr();
+  return std::chrono::microseconds(a ? a->sched_runtime / 1000 : 0);
 }
 
 struct Runtime::Impl {

@@ -11,9 +11,9 @@
 // The guard: a real-time thread that keeps its core busy starves the others
 // on it and, past 95% of a second, is stopped by the kernel's real-time
 // throttling for the rest of it (a 50 ms stall). So every window (10 ms) the
-// loop measures its own CPU time: over `leave` of the window (default half),
+// loop measures its own CPU time: over kLeave of the window (half),
 // it goes back to SCHED_OTHER (with its nice and time slice), and
-// under `rejoin` (a quarter) it returns to SCHED_FIFO, unless the window
+// under kRejoin (a quarter) it returns to SCHED_FIFO, unless the window
 // ended late (over twice its length: the thread may have been kept from its
 // core, e.g. by the VM's host, rather than idle). A loop saturated by small
 // requests thus stays a normal thread; one that mostly waits is real-time.
@@ -55,14 +55,12 @@ namespace zarrcoro::server {
 
 class LoopPriority : public std::enable_shared_from_this<LoopPriority> {
  public:
-  // Shares of one core, measured over `window`.
-  struct Limits {
-    std::chrono::milliseconds window{10};
-    double leave = 0.5;    // SCHED_FIFO -> SCHED_OTHER above it
-    double rejoin = 0.25;  // SCHED_OTHER -> SCHED_FIFO below it
-  };
+  // Shares of one core, measured over kWindow.
+  static constexpr std::chrono::milliseconds kWindow{10};
+  static constexpr double kLeave = 0.5;    // SCHED_FIFO -> SCHED_OTHER above it
+  static constexpr double kRejoin = 0.25;  // SCHED_OTHER -> SCHED_FIFO below it
 
-  LoopPriority(boost::asio::io_context& io, Limits limits) : timer_(io), limits_(limits) {}
+  explicit LoopPriority(boost::asio::io_context& io) : timer_(io) {}
 
   // On the loop's thread: enters SCHED_FIFO and starts the guard's window.
   // Warns once and does nothing more if the kernel refuses.
@@ -122,7 +120,7 @@ class LoopPriority : public std::enable_shared_from_this<LoopPriority> {
     if (stopped_) return;
     cpu_start_ = thread_cpu();
     wall_start_ = std::chrono::steady_clock::now();
-    timer_.expires_after(limits_.window);
+    timer_.expires_after(kWindow);
     timer_.async_wait([w = weak_from_this()](const boost::system::error_code& ec) {
       if (auto self = w.lock(); self && !ec) self->end_window();
     });
@@ -133,16 +131,15 @@ class LoopPriority : public std::enable_shared_from_this<LoopPriority> {
     const auto wall = std::chrono::steady_clock::now() - wall_start_;
     const double share = std::chrono::duration<double>(thread_cpu() - cpu_start_).count() /
                          std::chrono::duration<double>(wall).count();
-    if (realtime_.load() && share > limits_.leave) {
+    if (realtime_.load() && share > kLeave) {
       if (leave_fifo()) exits_.fetch_add(1, std::memory_order_relaxed);
-    } else if (!realtime_.load() && share < limits_.rejoin && wall <= 2 * limits_.window) {
+    } else if (!realtime_.load() && share < kRejoin && wall <= 2 * kWindow) {
       enter_fifo();  // not after a late window: the thread may have been kept from its core, not idle
     }
     begin_window();
   }
 
   boost::asio::steady_timer timer_;
-  const Limits limits_;
   std::chrono::nanoseconds cpu_start_{0};
   std::chrono::steady_clock::time_point wall_start_;
   bool stopped_ = false, warned_ = false;
