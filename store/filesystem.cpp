@@ -10,11 +10,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <functional>
 #include <memory>
 #include <thread>
@@ -87,7 +89,9 @@ void close_fd(int fd) {
 }
 
 // The generation of the file `st` describes: a new file (every write
-// renames a new one into place) has a new inode and modification time.
+// renames a new one into place) has a new inode, or the one of a file
+// removed before (ext4 reuses them at once), and a new modification time
+// (unique_mtime: the file system's own clock may be too coarse).
 Generation generation_of(const struct stat& st) {
   // "f<dev>:<ino>:<size>:<mtime s>.<mtime ns>" in hex; to_chars, not
   // snprintf, which was 1% of the I/O thread reading small chunks.
@@ -103,6 +107,25 @@ Generation generation_of(const struct stat& st) {
     at = std::to_chars(at, buf + sizeof buf, fields[i], 16).ptr;
   }
   return {std::string(buf, at)};
+}
+
+// A modification time for the file a write is about to rename into place,
+// later than any this process gave before: the real-time clock, or 1 ns
+// past the last one given. Set explicitly because the file system's own
+// timestamps may come from a coarse clock (a tick of 1-10 ms on kernels
+// before 6.13), where three rewrites of a value of one size within a tick
+// could repeat a generation (A, B, A: ext4 hands the freed inode back),
+// and a conditional write or a cached shard index would then take a value
+// for the one it replaced.
+timespec unique_mtime() {
+  static std::atomic<std::int64_t> last{0};
+  timespec now{};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  const std::int64_t clock = std::int64_t{now.tv_sec} * 1'000'000'000 + now.tv_nsec;
+  std::int64_t prev = last.load(std::memory_order_relaxed), next;
+  do next = std::max(clock, prev + 1);
+  while (!last.compare_exchange_weak(prev, next, std::memory_order_relaxed));
+  return {static_cast<time_t>(next / 1'000'000'000), static_cast<long>(next % 1'000'000'000)};
 }
 
 // An exclusive flock(2) on a directory, held by conditional writes of the
@@ -581,6 +604,8 @@ std::optional<Generation> FilesystemStore::commit(Temp& temp, const Generation& 
   const std::string where = in_quotes(root_ / key);
   struct stat st {};
   const int fd = std::exchange(temp.fd, -1);
+  const timespec times[2] = {{0, UTIME_OMIT}, unique_mtime()};  // atime kept
+  ::futimens(fd, times);  // where refused, the file system's own time stands
   const bool ok = ::fstat(fd, &st) == 0 && (!durable_ || ::fdatasync(fd) == 0);
   const int err = errno;
   if (::close(fd) != 0 || !ok) fail(key, "cannot write a temporary file for " + where, ok ? errno : err);

@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
 #include <span>
 #include <thread>
 
@@ -455,6 +457,32 @@ class DirectorySwapper {
   std::atomic<std::uint64_t> swaps_{0};
   std::thread thread_;
 };
+
+TEST_CASE("FilesystemStore: rewrites of a value of one size get ever later modification times, so its generation "
+          "never repeats where the file system's clock is coarse (was: one tick of kernels before 6.13)",
+          "[stores][filesystem][regression]") {
+  // Where file times come from a coarse clock (kernels before 6.13 stamp
+  // them with the last tick), rewrites within a tick had one mtime and,
+  // the inode reused and the size the same, one generation. Kernels with
+  // multigrain timestamps (6.13 on, as on the machine this was written on)
+  // give distinct times on their own, so there the test passes either way.
+  test::TempDir tmp("stores");
+  const fs::path root = tmp.path / "root";
+  StoreHarness h(filesystem_factory(root, kUring));
+  std::set<std::string> generations;
+  std::int64_t last = 0;
+  for (int i = 0; i < 200; ++i) {
+    const auto g = h.write("c/0", std::string_view(i % 2 ? "AAAA" : "BBBB"), Generation{});
+    REQUIRE(g);
+    struct stat st {};
+    REQUIRE(::stat((root / "c/0").c_str(), &st) == 0);
+    const std::int64_t mtime = std::int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec;
+    INFO("write " << i);
+    CHECK(mtime > last);
+    last = mtime;
+    CHECK(generations.insert(g->token).second);
+  }
+}
 
 TEST_CASE("FilesystemStore: a directory swapped for a symlink mid-write never creates anything outside the root",
           "[stores][filesystem]") {
