@@ -381,17 +381,22 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
   // sparing the store, Boost 1.81's io_uring service stalls when too many
   // file operations complete at once (see the regression test "thousands of
   // chunks").
+  // Counted in engine_.writes (for partial shard reads on stores that
+  // cannot version values).
   asio::awaitable<std::optional<Generation>> put(std::string key, std::optional<Bytes> value, Generation if_equal) {
     co_await acquire_request();
     WriteOptions options;
     options.if_equal = std::move(if_equal);
     std::optional<Generation> g;
+    engine_.writes.begin(key);
     try {
-      g = co_await st_->store->write(std::move(key), std::move(value), std::move(options));
+      g = co_await st_->store->write(key, std::move(value), std::move(options));
     } catch (...) {
+      engine_.writes.end(key);
       engine_.requests.release(1);
       throw;
     }
+    engine_.writes.end(key);
     engine_.requests.release(1);
     co_return g;
   }
@@ -774,6 +779,7 @@ class ReadOp final : public ChunkOp {
     auto& t = tasks_[i];
     t.pieces.clear();
     t.buffers.clear();
+    const std::uint64_t writes_before = engine_.writes.now(key);
     const ShardIndex found = co_await shard_index(key, refetch_index);
     const auto& shard = found.entry;
     t.computes = false;
@@ -788,8 +794,11 @@ class ReadOp final : public ChunkOp {
     bool current;  // (named: no co_await beside ?: in g++ 12)
     if (!whole.empty()) current = co_await read_back_to_back(i, key, shard, whole);
     else current = co_await read_planned(i, key, shard, found.cached);
+    // Without generations, only this runtime's writes can be seen to have
+    // replaced the shard meanwhile.
+    if (current && shard.generation.unknown()) current = engine_.writes.unchanged(key, writes_before);
     if (!current) {
-      engine_.shard_indexes.invalidate(st_->store.get(), key);
+      engine_.shard_indexes.invalidate(st_->store, key);
       co_return false;
     }
     t.in_place = t.pieces.empty();
@@ -818,7 +827,7 @@ class ReadOp final : public ChunkOp {
     for (std::uint64_t at = 0; at < whole.size(); at += step) {
       const std::uint64_t len = std::min<std::uint64_t>(step, whole.size() - at);
       auto got = co_await read(key, ByteRange::from(begin + at, len), shard.generation, whole.subspan(at, len));
-      if (got.changed || (!got.value && !shard.generation.unknown())) co_return false;
+      if (got.changed || !got.value) co_return false;  // replaced or erased since the index
       check_range(key, got, begin + at, begin + at + len);
       if (got.in_place) continue;
       if (t.pieces.empty()) {  // then place what came as values of their own on the pool
@@ -868,7 +877,7 @@ class ReadOp final : public ChunkOp {
       }
       const MutableByteSpan into = in_place_run(i, order, k, last);
       auto got = co_await read(key, ByteRange::from(begin, end - begin), shard.generation, into);
-      if (got.changed || (!got.value && !shard.generation.unknown())) co_return false;
+      if (got.changed || !got.value) co_return false;  // replaced or erased since the index
       check_range(key, got, begin, end);
       for (std::size_t j = k; j < last; ++j) {
         t.pieces[order[j]].buffer = got.in_place ? kInPlace : t.buffers.size();
@@ -881,9 +890,9 @@ class ReadOp final : public ChunkOp {
   }
 
   // Raises CorruptChunk unless `got`, the read of bytes [begin, end) of
-  // shard `key`, holds all of them.
+  // shard `key` (a value), holds all of them.
   static void check_range(const std::string& key, const ReadResult& got, std::uint64_t begin, std::uint64_t end) {
-    if (!got.value || (!got.in_place && got.value->size() != end - begin))
+    if (!got.in_place && got.value->size() != end - begin)
       throw CorruptChunk(key, "sharding_indexed",
                          "the shard is shorter than its index says (bytes " + std::to_string(begin) + "-" +
                              std::to_string(end) + ")");
@@ -980,7 +989,7 @@ class ReadOp final : public ChunkOp {
   asio::awaitable<ShardIndex> shard_index(std::string key, bool refetch) {
     auto& cache = engine_.shard_indexes;
     if (!refetch)
-      if (auto hit = cache.find(st_->store.get(), key)) co_return ShardIndex{std::move(*hit), true};
+      if (auto hit = cache.find(st_->store, key)) co_return ShardIndex{std::move(*hit), true};
     const auto& sc = *st_->shard;
     const auto range = sc.index_at_start() ? ByteRange::from(0, sc.index_bytes()) : ByteRange::last(sc.index_bytes());
     Generation unconditional;
@@ -1000,7 +1009,7 @@ class ReadOp final : public ChunkOp {
     co_await run_task(task);
     if (task.error) rethrow_with_key(task.error, key);
     detail::ShardIndexCache::Entry entry{task.index, std::move(got.generation)};
-    cache.put(st_->store.get(), key, entry);
+    cache.put(st_->store, key, entry);
     co_return ShardIndex{std::move(entry)};
   }
 
@@ -1315,9 +1324,9 @@ class WriteOp final : public ChunkOp {
         const auto stored = co_await put(t.key, std::move(value), if_equal);
         if (st_->shard) {  // the new shard's index, or none when its generation is unknown
           if (stored && t.index && !stored->unknown())
-            engine_.shard_indexes.put(st_->store.get(), t.key, {t.index, *stored});
+            engine_.shard_indexes.put(st_->store, t.key, {t.index, *stored});
           else
-            engine_.shard_indexes.invalidate(st_->store.get(), t.key);
+            engine_.shard_indexes.invalidate(st_->store, t.key);
         }
         if (stored) break;
         if (cancelled_) throw_cancelled();  // the chunk keeps what the other writer stored

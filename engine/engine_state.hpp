@@ -2,7 +2,11 @@
 // limits and the per-key locks shared by every array of the runtime.
 #pragma once
 
+#include <array>
+#include <atomic>
+#include <memory>
 #include <optional>
+#include <string_view>
 #include <unordered_map>
 
 #include <zarrcoro/store.hpp>
@@ -17,8 +21,11 @@ namespace zarrcoro::detail {
 // shard it was decoded from. An entry is only a hint: every read that uses it
 // is conditional on that generation, so a shard that anyone rewrote (another
 // runtime, process or store object) is noticed and its index refetched.
-// Indexes from stores that cannot version values are never cached. At most
-// kMaxEntries indexes of kMaxBytes in all: beyond, the cache starts over.
+// Indexes from stores that cannot version values are never cached. An entry
+// holds a weak reference to its store, so a store made where a freed one
+// was (same address, and generations that may repeat: MemoryStore counts
+// from 1 in each) never finds the freed one's indexes. At most kMaxEntries
+// indexes of kMaxBytes in all: beyond, the cache starts over.
 class ShardIndexCache {
  public:
   using Index = std::shared_ptr<const codecs::ShardingCodec::Index>;
@@ -29,44 +36,77 @@ class ShardIndexCache {
   static constexpr std::size_t kMaxEntries = 1 << 16;
   static constexpr std::size_t kMaxBytes = std::size_t{64} << 20;
 
-  std::optional<Entry> find(const void* store, const std::string& key) {
+  std::optional<Entry> find(const std::shared_ptr<Store>& store, const std::string& key) {
     std::lock_guard lk(mu_);
     auto it = map_.find(id(store, key));
     if (it == map_.end()) return std::nullopt;
-    return it->second;
+    if (!same_store(it->second.store, store)) {
+      erase(it);
+      return std::nullopt;
+    }
+    return it->second.entry;
   }
   // Does nothing for an unknown generation (invalidate instead).
-  void put(const void* store, const std::string& key, Entry entry) {
+  void put(const std::shared_ptr<Store>& store, const std::string& key, Entry entry) {
     if (entry.generation.unknown()) return;
     const std::size_t bytes = bytes_of(entry);
     std::lock_guard lk(mu_);
-    erase(id(store, key));
+    if (auto it = map_.find(id(store, key)); it != map_.end()) erase(it);
     if (map_.size() >= kMaxEntries || bytes_ + bytes > kMaxBytes) {
       map_.clear();
       bytes_ = 0;
     }
-    map_.emplace(id(store, key), std::move(entry));
+    map_.emplace(id(store, key), Stored{store, std::move(entry)});
     bytes_ += bytes;
   }
-  void invalidate(const void* store, const std::string& key) {
+  void invalidate(const std::shared_ptr<Store>& store, const std::string& key) {
     std::lock_guard lk(mu_);
-    erase(id(store, key));
+    if (auto it = map_.find(id(store, key)); it != map_.end()) erase(it);
   }
 
  private:
-  static std::string id(const void* store, const std::string& key) {
-    return std::to_string(reinterpret_cast<std::uintptr_t>(store)) + ':' + key;
+  struct Stored {
+    std::weak_ptr<Store> store;  // keeps its control block, so no other store's can have its address
+    Entry entry;
+  };
+  using Map = std::unordered_map<std::string, Stored>;
+
+  static std::string id(const std::shared_ptr<Store>& store, const std::string& key) {
+    return std::to_string(reinterpret_cast<std::uintptr_t>(store.get())) + ':' + key;
+  }
+  static bool same_store(const std::weak_ptr<Store>& a, const std::shared_ptr<Store>& b) {
+    return !a.owner_before(b) && !b.owner_before(a);
   }
   static std::size_t bytes_of(const Entry& e) { return e.index ? e.index->entries.size() * sizeof(std::uint64_t) : 0; }
-  void erase(const std::string& id) {
-    if (auto it = map_.find(id); it != map_.end()) {
-      bytes_ -= bytes_of(it->second);
-      map_.erase(it);
-    }
+  void erase(Map::iterator it) {
+    bytes_ -= bytes_of(it->second.entry);
+    map_.erase(it);
   }
   std::mutex mu_;
-  std::unordered_map<std::string, Entry> map_;
+  Map map_;
   std::size_t bytes_ = 0;  // of the indexes in map_
+};
+
+// Writes of this runtime in progress and done, per chunk key (striped: keys
+// may share a counter), for stores that cannot version values. There a
+// partial shard read takes its index and inner chunks from one version of
+// the shard only with respect to this runtime's writers (array.hpp): it
+// notes its key's count before reading the index and plans again when the
+// count moved or was odd (a write in progress) by the end of its reads. A
+// sequence lock without the lock: writers never wait for readers.
+class WriteCounts {
+ public:
+  std::uint64_t now(std::string_view key) const { return slot(key).load(std::memory_order_acquire); }
+  // True if no write of `key` ran since now() gave `before`.
+  bool unchanged(std::string_view key, std::uint64_t before) const { return before % 2 == 0 && now(key) == before; }
+  // Around each store write or erase of `key` (end also when it failed).
+  void begin(std::string_view key) { slot(key).fetch_add(1, std::memory_order_acq_rel); }
+  void end(std::string_view key) { slot(key).fetch_add(1, std::memory_order_acq_rel); }
+
+ private:
+  std::atomic<std::uint64_t>& slot(std::string_view key) const { return counts_[std::hash<std::string_view>()(key) % kSlots]; }
+  static constexpr std::size_t kSlots = 256;
+  mutable std::array<std::atomic<std::uint64_t>, kSlots> counts_{};
 };
 
 struct EngineState {
@@ -81,6 +121,7 @@ struct EngineState {
   AsyncSemaphore bytes;     // decoded chunk bytes in flight
   KeyLocks key_locks;       // read-modify-write of one chunk key at a time
   ShardIndexCache shard_indexes;
+  WriteCounts writes;
 };
 
 }  // namespace zarrcoro::detail

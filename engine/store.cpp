@@ -51,9 +51,8 @@ awaitable<std::vector<KeySize>> Store::list_sizes(std::string prefix) {
 awaitable<ReadResult> Store::read(std::string key, ReadOptions options) {
   if (!options.if_equal.unknown())
     throw UnsupportedError(key, "if_equal", url() + " cannot read conditionally (it does not version values)");
-  ReadResult r;
+  ReadResult r;  // generation unknown, also for a missing key: absent() is a condition this store cannot honour
   r.value = co_await get(std::move(key), options.range);
-  if (!r.value) r.generation = Generation::absent();
   co_return r;
 }
 
@@ -80,12 +79,9 @@ awaitable<std::optional<Generation>> Store::write(std::string key, std::optional
                                                   WriteOptions options) {
   if (!options.if_equal.unknown())
     throw UnsupportedError(key, "if_equal", url() + " cannot write conditionally (it does not version values)");
-  if (value) {
-    co_await set(std::move(key), std::move(*value));
-    co_return Generation{};
-  }
-  co_await erase(std::move(key));
-  co_return Generation::absent();
+  if (value) co_await set(std::move(key), std::move(*value));
+  else co_await erase(std::move(key));
+  co_return Generation{};
 }
 
 }  // namespace zarrcoro

@@ -9,6 +9,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <functional>
+#include <map>
+#include <mutex>
 #include <filesystem>
 #include <numeric>
 #include <random>
@@ -84,6 +87,73 @@ struct OtherWriter {
   Runtime& rt;
   std::shared_ptr<FilesystemStore> store;
 };
+
+// A store that cannot version values: get, set, erase, exists and list over
+// a map, and the Store defaults for read and write. `after_get`, when set,
+// runs once after a get of `hook_key` for a suffix range (a shard index at
+// the end), before that get returns what it read.
+class PlainStore final : public Store {
+ public:
+  std::string hook_key;
+  std::function<awaitable<void>()> after_get;
+
+  awaitable<std::optional<Bytes>> get(std::string key, ByteRange range) override {
+    std::optional<Bytes> out;
+    {
+      std::lock_guard lk(mu_);
+      if (auto it = values_.find(key); it != values_.end()) {
+        const Bytes& v = it->second;
+        std::uint64_t begin = 0, end = v.size();
+        if (range.kind == ByteRange::Kind::range) {
+          begin = std::min<std::uint64_t>(range.offset, v.size());
+          end = std::min<std::uint64_t>(begin + std::min<std::uint64_t>(range.length, v.size()), v.size());
+        } else if (range.kind == ByteRange::Kind::suffix) {
+          begin = v.size() > range.length ? v.size() - range.length : 0;
+        }
+        out = Bytes(v.begin() + static_cast<std::ptrdiff_t>(begin), v.begin() + static_cast<std::ptrdiff_t>(end));
+      }
+    }
+    if (after_get && key == hook_key && range.kind == ByteRange::Kind::suffix) {
+      const auto hook = std::exchange(after_get, nullptr);
+      co_await hook();
+    }
+    co_return out;
+  }
+  awaitable<void> set(std::string key, Bytes value) override {
+    std::lock_guard lk(mu_);
+    values_[key] = std::move(value);
+    co_return;
+  }
+  awaitable<void> erase(std::string key) override {
+    std::lock_guard lk(mu_);
+    values_.erase(key);
+    co_return;
+  }
+  awaitable<bool> exists(std::string key) override {
+    std::lock_guard lk(mu_);
+    co_return values_.contains(key);
+  }
+  awaitable<std::vector<std::string>> list(std::string prefix) override {
+    std::lock_guard lk(mu_);
+    std::vector<std::string> out;
+    for (const auto& [k, v] : values_)
+      if (k.starts_with(prefix)) out.push_back(k);
+    co_return out;
+  }
+  std::string url() const override { return "plain"; }
+  bool holds(const std::string& key) {
+    std::lock_guard lk(mu_);
+    return values_.contains(key);
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, Bytes> values_;
+};
+
+awaitable<void> write_async(Array a, Region r, std::vector<std::int32_t> v) {
+  co_await a.write(r, std::as_bytes(std::span(v)));
+}
 
 }  // namespace
 
@@ -324,4 +394,76 @@ TEST_CASE("a partial write that keeps losing raises StoreError on field generati
   CHECK(store->lost() >= 2);
   // The rival's value stays.
   CHECK(ints(a.read_blocking(Region::all({40}))) == std::vector<std::int32_t>(40, 7));
+}
+
+TEST_CASE("a store that cannot version values: partial writes into chunks and shards not stored yet land "
+          "(was: UnsupportedError on field if_equal)",
+          "[consistency][regression]") {
+  Runtime rt({.codec_threads = 1});
+  auto store = std::make_shared<PlainStore>();
+  SECTION("chunks") {
+    const json bytes = json::parse(R"([{"name": "bytes", "configuration": {"endian": "little"}}])");
+    auto a = Array::create_blocking(rt, store, "a", meta({8}, {4}, bytes));
+    write(a, {{1}, {3}}, {7, 8});
+    CHECK(ints(a.read_blocking(Region::all(a.shape()))) == std::vector<std::int32_t>{0, 7, 8, 0, 0, 0, 0, 0});
+    write(a, {{1}, {3}}, {0, 0});  // all fill again: the chunk is erased
+    CHECK_FALSE(store->holds("a/c/0"));
+  }
+  SECTION("shards") {
+    auto a = Array::create_blocking(rt, store, "a", meta({8}, {8}, sharded({2}, false)));
+    write(a, {{3}, {5}}, {7, 8});
+    CHECK(ints(a.read_blocking(Region::all(a.shape()))) == std::vector<std::int32_t>{0, 0, 0, 7, 8, 0, 0, 0});
+    CHECK(ints(a.read_blocking({{4}, {6}})) == std::vector<std::int32_t>{8, 0});
+  }
+}
+
+TEST_CASE("a partial shard read on a store that cannot version values never mixes two versions of the shard "
+          "written by its runtime (was: the new shard's inner chunk 1 read as inner chunk 0)",
+          "[consistency][regression]") {
+  Runtime rt({.codec_threads = 1});
+  auto store = std::make_shared<PlainStore>();
+  auto a = Array::create_blocking(rt, store, "a", meta({8}, {8}, sharded({4}, false)));
+  write(a, Region::all(a.shape()), {1, 2, 3, 4, 5, 6, 7, 8});
+  // Right after the reader has the old shard's index, the runtime replaces
+  // the shard with one whose inner chunk 0 is all fill (not stored), so
+  // inner chunk 1 moves to where inner chunk 0 was.
+  store->hook_key = "a/c/0";
+  store->after_get = [a] { return write_async(a, Region::all(a.shape()), {0, 0, 0, 0, 50, 60, 70, 80}); };
+  CHECK(ints(a.read_blocking({{0}, {4}})) == std::vector<std::int32_t>{0, 0, 0, 0});
+  CHECK_FALSE(store->after_get);  // the replacement ran
+  CHECK(ints(a.read_blocking({{4}, {8}})) == std::vector<std::int32_t>{50, 60, 70, 80});
+
+  SECTION("an erase of the shard between the index and the inner chunks reads as fill (was: CorruptChunk)") {
+    write(a, Region::all(a.shape()), {1, 2, 3, 4, 5, 6, 7, 8});
+    store->after_get = [a] { return write_async(a, Region::all(a.shape()), std::vector<std::int32_t>(8, 0)); };
+    CHECK(ints(a.read_blocking({{4}, {8}})) == std::vector<std::int32_t>{0, 0, 0, 0});
+    CHECK_FALSE(store->holds("a/c/0"));
+  }
+}
+
+TEST_CASE("a store made where a freed one was does not use the freed one's cached shard indexes "
+          "(was: a MemoryStore at the same address, whose generations repeat, read index bytes as data)",
+          "[consistency][regression]") {
+  Runtime rt({.codec_threads = 1});
+  alignas(MemoryStore) unsigned char place[sizeof(MemoryStore)];
+  const auto make = [&] {
+    return std::shared_ptr<MemoryStore>(new (place) MemoryStore(), [](MemoryStore* m) { m->~MemoryStore(); });
+  };
+  {
+    auto first = make();
+    auto a = Array::create_blocking(rt, first, "a", meta({8}, {8}, sharded({4}, false)));
+    write(a, Region::all(a.shape()), {1, 2, 3, 4, 5, 6, 7, 8});
+    CHECK(ints(a.read_blocking({{4}, {8}})) == std::vector<std::int32_t>{5, 6, 7, 8});  // its index is cached
+  }
+  auto second = make();
+  REQUIRE(static_cast<void*>(second.get()) == static_cast<void*>(place));
+  {
+    // The same steps in another runtime: the same generations in the new store.
+    Runtime other({.codec_threads = 1});
+    auto a = Array::create_blocking(other, second, "a", meta({8}, {8}, sharded({4}, false)));
+    write(a, Region::all(a.shape()), {0, 0, 0, 0, 50, 60, 70, 80});
+  }
+  auto b = Array::open_blocking(rt, second, "a");
+  CHECK(ints(b.read_blocking({{4}, {8}})) == std::vector<std::int32_t>{50, 60, 70, 80});
+  CHECK(ints(b.read_blocking({{0}, {4}})) == std::vector<std::int32_t>{0, 0, 0, 0});
 }

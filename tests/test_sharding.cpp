@@ -268,18 +268,18 @@ TEST_CASE("the shard index cache holds at most kMaxBytes of indexes, counting ea
   Cache cache;
   auto quarter = std::make_shared<codecs::ShardingCodec::Index>();
   quarter->entries.resize(Cache::kMaxBytes / sizeof(std::uint64_t) / 4);
-  const int store = 0;
+  const std::shared_ptr<Store> store = std::make_shared<MemoryStore>();
   for (int k = 0; k < 4; ++k)
-    for (int again = 0; again < 3; ++again) cache.put(&store, "k" + std::to_string(k), {quarter, Generation{"g"}});
-  for (int k = 0; k < 4; ++k) CHECK(cache.find(&store, "k" + std::to_string(k)));  // exactly kMaxBytes
-  cache.put(&store, "k4", {quarter, Generation{"g"}});  // one more: the cache starts over
-  CHECK_FALSE(cache.find(&store, "k0"));
-  CHECK(cache.find(&store, "k4"));
-  cache.invalidate(&store, "k4");
-  for (int k = 0; k < 4; ++k) cache.put(&store, "k" + std::to_string(k), {quarter, Generation{"g"}});
-  CHECK(cache.find(&store, "k0"));  // the invalidated entry's bytes were given back
-  cache.put(&store, "k0", {quarter, Generation{}});  // an unknown generation is not cached
-  CHECK(cache.find(&store, "k0")->generation == Generation{"g"});
+    for (int again = 0; again < 3; ++again) cache.put(store, "k" + std::to_string(k), {quarter, Generation{"g"}});
+  for (int k = 0; k < 4; ++k) CHECK(cache.find(store, "k" + std::to_string(k)));  // exactly kMaxBytes
+  cache.put(store, "k4", {quarter, Generation{"g"}});  // one more: the cache starts over
+  CHECK_FALSE(cache.find(store, "k0"));
+  CHECK(cache.find(store, "k4"));
+  cache.invalidate(store, "k4");
+  for (int k = 0; k < 4; ++k) cache.put(store, "k" + std::to_string(k), {quarter, Generation{"g"}});
+  CHECK(cache.find(store, "k0"));  // the invalidated entry's bytes were given back
+  cache.put(store, "k0", {quarter, Generation{}});  // an unknown generation is not cached
+  CHECK(cache.find(store, "k0")->generation == Generation{"g"});
 }
 
 TEST_CASE("a shard write whose new generation is unknown drops the cached index", "[sharding][regression]") {

@@ -108,7 +108,8 @@ struct ReadOptions {
 
 struct ReadResult {
   std::optional<Bytes> value;  // the (clipped) range; nullopt if the key holds no value or `changed`
-  Generation generation;       // of the value read; absent() if none; unknown if the store cannot tell
+  Generation generation;       // of the value read; absent() if none; unknown if the store cannot tell (then
+                               // also for a missing key)
   bool changed = false;        // the if_equal condition failed: nothing was read
   bool in_place = false;       // the range went into ReadOptions::into; `value` is engaged and empty
 };
@@ -181,15 +182,17 @@ class Store {
   //   ReadResult r = co_await store->read(key, std::move(o));
 
   // A versioned, optionally conditional read (see Generation). The default
-  // reads with get() and reports an unknown generation; a condition raises
-  // UnsupportedError(key, "if_equal").
+  // reads with get() and reports an unknown generation, also for a missing
+  // key (absent() would be a condition it cannot honour); a condition
+  // raises UnsupportedError(key, "if_equal").
   virtual awaitable<ReadResult> read(std::string key, ReadOptions options);
 
   // Stores `value` (nullopt: erases the key), atomically like set and erase,
   // if the condition holds. Returns the new generation (absent() after an
   // erase; unknown if the store cannot tell), or nullopt when the condition
-  // failed and nothing was written. The default writes with set()/erase();
-  // a condition raises UnsupportedError(key, "if_equal").
+  // failed and nothing was written. The default writes with set()/erase()
+  // and returns an unknown generation; a condition raises
+  // UnsupportedError(key, "if_equal").
   virtual awaitable<std::optional<Generation>> write(std::string key, std::optional<Bytes> value,
                                                      WriteOptions options);
 
