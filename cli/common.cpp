@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <charconv>
+#include <iostream>
 
 #include <spdlog/spdlog.h>
 
+#include <zarrcoro/array.hpp>
 #include <zarrcoro/metadata.hpp>
 #include <zarrcoro/store/filesystem.hpp>
 #include <zarrcoro/store/open.hpp>
@@ -56,6 +58,25 @@ Node read_node(Runtime& rt, Store& store, const fs::path& dir) {
   if (!j.is_object() || !j.contains("node_type") || !j["node_type"].is_string())
     throw Failure(quoted(dir) + ": invalid metadata: key 'zarr.json', field 'node_type': expected \"array\" or \"group\"");
   return {3, j["node_type"].get<std::string>()};
+}
+
+void refresh_consolidated_above(Runtime& rt, const fs::path& dir) {
+  if (is_remote(dir)) return;
+  std::error_code ec;
+  const fs::path node = fs::weakly_canonical(fs::absolute(dir), ec);
+  if (ec) return;
+  for (fs::path up = node.parent_path(); up.has_relative_path(); up = up.parent_path()) {
+    if (fs::exists(up / ".zarray", ec)) return;  // nothing lives below an array
+    const bool v3_node = fs::exists(up / "zarr.json", ec);
+    if (!v3_node && !fs::exists(up / ".zgroup", ec) && !fs::exists(up / ".zmetadata", ec)) continue;
+    auto store = open_dir(rt, up, true);
+    if (read_node(rt, *store, up).type != "group") return;
+    at(up, [&] {
+      if (!Group::open_blocking(rt, store, "").has_consolidated_metadata()) return;
+      Group::open_blocking(rt, store, "", Consolidated::ignore).consolidate_blocking();
+      std::cerr << "note: renewed the consolidated metadata of " << quoted(up) << '\n';
+    });
+  }
 }
 
 void check_destination(const fs::path& dir, bool overwrite) {

@@ -50,6 +50,13 @@ auto at(const fs::path& dir, F&& f) {
 bool is_remote(const fs::path& dir);
 // The store at PATH; a local one must be a directory when `must_exist`.
 std::shared_ptr<Store> open_dir(Runtime& rt, const fs::path& dir, bool must_exist);
+// Renews the consolidated metadata held by any group above `dir`, a local
+// directory where a node was just written (the commands open PATH as a
+// store of its own, so the engine, which keeps the copies of the groups
+// above a node it creates, sees none there). Walks up to the file system's
+// root, through directories that hold no node, and stops at an array.
+// Prints a note for each group renewed. Failures as `at`.
+void refresh_consolidated_above(Runtime& rt, const fs::path& dir);
 // Refuses a local destination that exists and is not an empty directory,
 // unless `overwrite` and it holds a Zarr node (never a directory of other
 // files given by mistake).

@@ -22,15 +22,43 @@ using Shape = std::vector<std::uint64_t>;
 
 std::string node_name(const std::string& path) { return path.empty() ? "/" : path; }
 
-// A shape option for the array at `path`; nullopt, with a note, for an
-// array of another rank (in a group of arrays of several ranks).
+std::string dimensions(std::size_t n) { return std::to_string(n) + (n == 1 ? " dimension" : " dimensions"); }
+
+// A shape option for the array at `path`: a Failure for SRC itself (an
+// array) of another rank; nullopt, with a note, for an array of another
+// rank in a group (whose arrays may have several ranks).
 std::optional<Shape> shape_option(const std::string& text, const std::string& option, const ArrayMetadata& src,
                                   const std::string& path) {
   Shape v = parse_list(text, option);
   if (v.size() == src.rank()) return v;
-  std::cerr << "note: " << option << " '" << text << "' has " << v.size() << " dimensions; array '"
+  if (path.empty())
+    throw Failure(option + " '" + text + "' has " + dimensions(v.size()) + "; the array has " +
+                  dimensions(src.rank()));
+  std::cerr << "note: " << option << " '" << text << "' has " << dimensions(v.size()) << "; array '"
             << node_name(path) << "' has " << src.rank() << " and keeps its own\n";
   return std::nullopt;
+}
+
+// Refuses SRC and DST that are one directory or where one holds the other
+// (also through symbolic links; URLs compared as written): the copy would
+// read what it is replacing, and --overwrite would remove SRC before it is
+// read.
+void check_apart(const std::filesystem::path& src, const std::filesystem::path& dst) {
+  namespace fs = std::filesystem;
+  auto inside = [](const std::string& a, const std::string& b) {  // a == b or a below b
+    return a == b || (a.size() > b.size() && a.compare(0, b.size(), b) == 0 && (b.back() == '/' || a[b.size()] == '/'));
+  };
+  auto norm = [](const fs::path& p) {
+    std::error_code ec;
+    std::string s = is_remote(p) ? p.string() : fs::weakly_canonical(fs::absolute(p), ec).lexically_normal().string();
+    while (s.size() > 1 && s.back() == '/') s.pop_back();
+    return s;
+  };
+  if (is_remote(src) != is_remote(dst)) return;
+  const std::string a = norm(src), b = norm(dst);
+  if (inside(a, b) || inside(b, a))
+    throw Failure(quoted(src) + " and " + quoted(dst) + (a == b ? " are the same place" : " hold one another") +
+                  "; reencode into a new place, then move it");
 }
 
 bool multi_byte(DataType t) { return t.is_structured() ? t.needs_byte_order() : t.swap_unit() > 1; }
@@ -170,6 +198,7 @@ void copy(const Plan& p, const Array& dst, const std::filesystem::path& src_dir,
 
 void cmd_reencode(const std::filesystem::path& src_dir, const std::filesystem::path& dst_dir,
                   const ReencodeOptions& o) {
+  check_apart(src_dir, dst_dir);
   if (!o.dry_run) check_destination(dst_dir, o.overwrite);
   Runtime rt;
   auto src = open_dir(rt, src_dir, true);
@@ -235,6 +264,7 @@ void cmd_reencode(const std::filesystem::path& src_dir, const std::filesystem::p
   progress.finish();
   if (consolidated)
     at(dst_dir, [&] { Group::open_blocking(rt, dst, "", Consolidated::ignore).consolidate_blocking(); });
+  refresh_consolidated_above(rt, dst_dir);
 }
 
 }  // namespace zarrcoro::cli

@@ -130,6 +130,7 @@ void cmd_import(const fs::path& in, const fs::path& dir, const ImportOptions& o)
         progress.add(1, v.data.size());
       });
   progress.finish();
+  refresh_consolidated_above(rt, dir);
 }
 
 void cmd_export(const fs::path& dir, const fs::path& out, const ExportOptions& o) {

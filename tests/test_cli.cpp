@@ -880,6 +880,59 @@ TEST_CASE("cli: reencode refuses what it cannot write, before writing") {
   CHECK_FALSE(fs::exists(dir / "x"));
 }
 
+TEST_CASE("cli: reencode refuses SRC and DST that are one place or hold one another, also with --overwrite "
+          "(was: --overwrite removed SRC's chunks and exited 0)",
+          "[regression]") {
+  REQUIRE_CLI();
+  TempDir dir;
+  v2_source(dir / "src");
+  const auto before = chunk_files(dir / "src");
+  fs::create_directory_symlink("src", dir / "link");
+  fails(dir, {"reencode", "src", "src", "--overwrite", "--codec", "gzip:1"}, "are the same place");
+  fails(dir, {"reencode", "src", "./src/", "--overwrite"}, "are the same place");
+  fails(dir, {"reencode", "src", "link", "--overwrite"}, "are the same place");
+  fails(dir, {"reencode", "src", "src/copy"}, "hold one another");
+  fails(dir, {"reencode", "src/g", "src", "--overwrite"}, "hold one another");
+  fails(dir, {"reencode", "src", "src", "--dry-run"}, "are the same place");
+  CHECK(chunk_files(dir / "src") == before);
+  CHECK_FALSE(fs::exists(dir / "src" / "copy"));
+  ok(dir, {"reencode", "src", "srcx", "-q"});  // a sibling whose name starts with SRC's is apart
+}
+
+TEST_CASE("cli: import and reencode into a group with consolidated metadata renew its copy "
+          "(was: ls and info did not show the new node)",
+          "[regression]") {
+  REQUIRE_CLI();
+  TempDir dir;
+  v2_source(dir / "src");  // v2, .zmetadata
+  write_npy(dir / "a.npy", make(DataTypeKind::int32, {4}, 1));
+  const Result imported = dir.run({"import", "a.npy", "src/g/new", "--chunks", "2", "--zarr-format", "2", "-q"});
+  CHECK(imported.code == 0);
+  CHECK(imported.err == "note: renewed the consolidated metadata of '" + fs::canonical(dir / "src").string() + "'\n");
+  const auto z = nlohmann::json::parse(slurp(dir / "src" / ".zmetadata"));
+  CHECK(z["metadata"].contains("g/new/.zarray"));
+  CHECK(ok(dir, {"ls", "src", "-r"}).out.find("new") != std::string::npos);
+
+  CHECK(dir.run({"reencode", "src/g/b", "src/g/b2", "--codec", "gzip:1", "-q"}).code == 0);  // a v2 array beside b
+  CHECK(nlohmann::json::parse(slurp(dir / "src" / ".zmetadata"))["metadata"].contains("g/b2/.zarray"));
+
+  ok(dir, {"reencode", "src", "v3", "--zarr-format", "3", "-q"});  // v3, consolidated inline
+  CHECK(dir.run({"import", "a.npy", "v3/g/new3", "--chunks", "2", "-q"}).code == 0);
+  const auto v3 = nlohmann::json::parse(slurp(dir / "v3" / "zarr.json"));
+  CHECK(v3["consolidated_metadata"]["metadata"].contains("g/new3"));
+}
+
+TEST_CASE("cli: reencode --chunks or --shard of another rank than SRC, an array, exits 2 "
+          "(was: a note, the array's own chunks and exit 0)",
+          "[regression]") {
+  REQUIRE_CLI();
+  TempDir dir;
+  v2_source(dir / "src");
+  fails(dir, {"reencode", "src/a", "x", "--chunks", "4"}, "--chunks '4' has 1 dimension; the array has 2 dimensions");
+  fails(dir, {"reencode", "src/a", "x", "--zarr-format", "3", "--shard", "6,8,1"}, "has 3 dimensions");
+  CHECK_FALSE(fs::exists(dir / "x"));
+}
+
 TEST_CASE("cli: reencode copies string arrays as strings, v3 to v2 and back, with another compressor") {
   REQUIRE_CLI();
   TempDir dir;
