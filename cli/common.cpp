@@ -1,8 +1,12 @@
 // See cli/common.hpp.
 #include "cli/common.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <charconv>
+#include <csignal>
+#include <cstring>
 #include <iostream>
 
 #include <spdlog/spdlog.h>
@@ -77,6 +81,36 @@ void refresh_consolidated_above(Runtime& rt, const fs::path& dir) {
       std::cerr << "note: renewed the consolidated metadata of " << quoted(up) << '\n';
     });
   }
+}
+
+namespace {
+char signal_file[4096];  // what RemoveOnSignal removes; empty: nothing
+constexpr int kCleanupSignals[] = {SIGINT, SIGTERM, SIGHUP};
+struct sigaction previous[std::size(kCleanupSignals)];
+
+extern "C" void remove_and_reraise(int sig) {
+  if (signal_file[0]) ::unlink(signal_file);  // async-signal-safe, as are the calls below
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+}  // namespace
+
+RemoveOnSignal::RemoveOnSignal(const fs::path& file) {
+  const std::string& s = file.native();
+  if (s.size() >= sizeof signal_file) return;  // not removed on a signal; the destructor's case stands
+  std::memcpy(signal_file, s.c_str(), s.size() + 1);
+  struct sigaction remove {};
+  remove.sa_handler = remove_and_reraise;
+  sigemptyset(&remove.sa_mask);
+  for (std::size_t i = 0; i < std::size(kCleanupSignals); ++i) {
+    ::sigaction(kCleanupSignals[i], nullptr, &previous[i]);
+    if (previous[i].sa_handler != SIG_IGN) ::sigaction(kCleanupSignals[i], &remove, nullptr);  // nohup, & stay so
+  }
+}
+
+RemoveOnSignal::~RemoveOnSignal() {
+  for (std::size_t i = 0; i < std::size(kCleanupSignals); ++i) ::sigaction(kCleanupSignals[i], &previous[i], nullptr);
+  signal_file[0] = '\0';
 }
 
 void check_destination(const fs::path& dir, bool overwrite) {

@@ -62,6 +62,18 @@ void refresh_consolidated_above(Runtime& rt, const fs::path& dir);
 // files given by mistake).
 void check_destination(const fs::path& dir, bool overwrite);
 
+// While alive, a SIGINT, SIGTERM or SIGHUP removes `file` (a temporary
+// file the command writes) before the signal ends the process as it would
+// have; a signal the process ignores (nohup, a background job's SIGINT)
+// stays ignored. One at a time.
+class RemoveOnSignal {
+ public:
+  explicit RemoveOnSignal(const fs::path& file);
+  ~RemoveOnSignal();
+  RemoveOnSignal(const RemoveOnSignal&) = delete;
+  RemoveOnSignal& operator=(const RemoveOnSignal&) = delete;
+};
+
 // The parsed document under `key`, or null when absent.
 nlohmann::json read_doc(Runtime& rt, Store& store, const fs::path& dir, const std::string& key);
 

@@ -32,8 +32,12 @@ std::vector<std::optional<std::string>> parse_names(const std::string& text, std
     pos = comma + 1;
   }
   if (names.size() != rank || (rank == 0 && !text.empty()))
-    throw Failure("--dimension-names: '" + text + "' has " + std::to_string(rank == 0 ? 1 : names.size()) +
-                  " names, the array in " + quoted(in) + " has " + std::to_string(rank) + " dimensions");
+  {
+    const std::size_t n = rank == 0 ? 1 : names.size();
+    throw Failure("--dimension-names: '" + text + "' has " + std::to_string(n) + (n == 1 ? " name" : " names") +
+                  ", the array in " + quoted(in) + " has " + std::to_string(rank) +
+                  (rank == 1 ? " dimension" : " dimensions"));
+  }
   return names;
 }
 
@@ -148,6 +152,7 @@ void cmd_export(const fs::path& dir, const fs::path& out, const ExportOptions& o
       throw InvalidArgument("", "region", "the region's byte size does not fit in 64 bits");
   });
   NpyWriter writer(out, a.dtype(), r.shape());
+  const RemoveOnSignal interrupted(writer.temp_path());  // Ctrl-C leaves no temporary file
   const Blocks blocks(r, a.metadata().chunk_shape, a.dtype().size(), o.block_bytes);
   Progress progress("export", "blocks", blocks.count(), o.progress);
   pipelined(

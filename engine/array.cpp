@@ -127,10 +127,15 @@ Region Region::parse(const std::string& text, const std::vector<std::uint64_t>& 
                                   ") in dimension " + std::to_string(d));
       r.stop[d] = r.start[d] + 1;
     } else {
+      if (s.find(':', colon + 1) != std::string_view::npos)
+        throw InvalidArgument("", "region", "'" + std::string(s) + "' has a step; only start:stop is supported");
       r.start[d] = num(s.substr(0, colon), 0);
       r.stop[d] = num(s.substr(colon + 1), shape[d]);
     }
-    if (r.start[d] > r.stop[d] || r.stop[d] > shape[d])
+    if (r.start[d] > r.stop[d])
+      throw InvalidArgument("", "region",
+                            "'" + std::string(s) + "' stops before it starts in dimension " + std::to_string(d));
+    if (r.stop[d] > shape[d])
       throw InvalidArgument("", "region",
                             "'" + std::string(s) + "' is outside [0, " + std::to_string(shape[d]) +
                                 ") in dimension " + std::to_string(d));

@@ -823,7 +823,8 @@ NpyWriter::NpyWriter(const fs::path& file, DataType dtype, std::vector<std::uint
     temp_ += ".tmp-" + std::to_string(rd());
     fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd_ < 0 && (errno != EEXIST || attempt > 8))
-      fail(name, "file", "cannot create " + temp_.string() + ": " + errno_text());
+      fail(name, "file", "cannot create a temporary file beside it (in " + file_.parent_path().string() + "): " +
+                             errno_text());
   }
   if (exists) ::fchmod(fd_, old.st_mode & 07777);  // best effort, as cp does
   for (std::size_t done = 0; done < header.size();) {

@@ -668,6 +668,29 @@ TEST_CASE("cli: ls prints the hierarchy as a tree, arrays with shape and data ty
   fails(dir, {"frobnicate"}, "expected info, ls, consolidate, reencode, export or import");
 }
 
+TEST_CASE("cli: an export ended by SIGTERM leaves no temporary file beside OUT.npy (was: OUT.npy.tmp-N stayed)",
+          "[regression]") {
+  REQUIRE_CLI();
+  TempDir dir;
+  test::FaultServer server;  // each answer 1.5 s late: the export is still reading when the signal comes
+  server.put("/arr/zarr.json", R"({"zarr_format": 3, "node_type": "array", "shape": [2], "data_type": "uint8",
+      "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2]}},
+      "chunk_key_encoding": {"name": "default"}, "fill_value": 0, "codecs": [{"name": "bytes"}]})");
+  server.put("/arr/c/0", "\x01\x02");
+  server.set_delay(std::chrono::milliseconds(1500));
+  const std::string script =
+      "cd " + shell_quote(dir.path.string()) + " && { " + shell_quote(kCli) + " export " + server.url() +
+      "/arr o.npy & pid=$!; i=0; while [ $i -lt 3000 ] && ! ls o.npy.tmp-* >/dev/null 2>&1; do sleep 0.005; "
+      "i=$((i+1)); done; ls o.npy.tmp-* >/dev/null 2>&1 && echo seen; kill -TERM $pid; wait $pid; echo status=$?; "
+      "} >" + shell_quote((dir / ".out").string()) + " 2>/dev/null";
+  REQUIRE(std::system(script.c_str()) == 0);
+  CHECK(slurp(dir / ".out") == "seen\nstatus=143\n");
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir.path))
+    if (e.path().filename().string()[0] != '.') left.push_back(e.path().filename().string());
+  CHECK(left.empty());
+}
+
 TEST_CASE("cli: info on an HTTP array reads it without listing; ls of an HTTP group needs consolidated metadata") {
   REQUIRE_CLI();
   TempDir dir;
@@ -1130,7 +1153,7 @@ TEST_CASE("cli: import --attrs, --dimension-names and --shard are written exactl
 
   fails(dir, {"import", "a.npy", "b", "--attrs", "[1, 2]"}, "--attrs: expected a JSON object");
   fails(dir, {"import", "a.npy", "b", "--attrs", "{\"a\": "}, "--attrs: expected a JSON object");
-  fails(dir, {"import", "a.npy", "b", "--dimension-names", "x"}, "--dimension-names: 'x' has 1 names, the array in 'a.npy' has 2 dimensions");
+  fails(dir, {"import", "a.npy", "b", "--dimension-names", "x"}, "--dimension-names: 'x' has 1 name, the array in 'a.npy' has 2 dimensions");
   fails(dir, {"import", "a.npy", "b", "--dimension-names", "x,y,z"}, "--dimension-names: 'x,y,z' has 3 names");
   fails(dir, {"import", "a.npy", "b", "--dimension-names", "x,"}, "--dimension-names: name 2 in 'x,' is empty");
   fails(dir, {"import", "a.npy", "b", "--chunks", "3,4", "--shard", "6,8", "--zarr-format", "2"}, "--shard: Zarr v2 has no sharding");

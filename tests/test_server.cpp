@@ -316,7 +316,8 @@ struct ServerProcess {
   explicit ServerProcess(const fs::path& root, std::vector<std::string> extra = {}) {
     int fds[2];
     REQUIRE(::pipe(fds) == 0);
-    std::vector<std::string> args{ZARRCORO_SERVER_EXE, "--root", root.string(), "--listen", "127.0.0.1:0"};
+    std::vector<std::string> args{ZARRCORO_SERVER_EXE, "--root", root.string()};
+    if (std::find(extra.begin(), extra.end(), "--listen") == extra.end()) args.insert(args.end(), {"--listen", "127.0.0.1:0"});
     args.insert(args.end(), extra.begin(), extra.end());
     pid = ::fork();
     REQUIRE(pid >= 0);
@@ -1118,6 +1119,19 @@ TEST_CASE("b45: the slice API's .npy names the real dtype") {
   CHECK(get(s.port(), "/healthz").result_int() == 200);
 }
 
+TEST_CASE("server: a slice of a string array is a 400 that says slices need a fixed-size type, .npy or raw "
+          "(was: the .npy refusal pointed to format=raw, which said use read_strings)",
+          "[regression]") {
+  TestServer s;
+  s.create("names", DataTypeKind::string, {3}, {2}, R"([{"name": "vlen-utf8"}])");
+  for (const char* format : {"npy", "raw"}) {
+    const auto r = get(s.port(), std::string("/api/v1/names?format=") + format);
+    CHECK(r.result_int() == 400);
+    CHECK(r.body().find("array 'names' holds variable-length string elements: slices (.npy or raw) are served for "
+                        "fixed-size data types only; GET its chunks by key") != std::string::npos);
+  }
+}
+
 TEST_CASE("server: bad, out-of-bounds and absurd regions are 4xx with a reason") {
   server::ServerOptions opt;
   opt.max_response_bytes = 1 << 20;
@@ -1132,7 +1146,8 @@ TEST_CASE("server: bad, out-of-bounds and absurd regions are 4xx with a reason")
   };
   for (const Case& k : {
            Case{"/api/v1/ints?region=0:38,0:5", 400, "outside"},
-           Case{"/api/v1/ints?region=5:3,0:5", 400, "outside"},
+           Case{"/api/v1/ints?region=5:3,0:5", 400, "'5:3' stops before it starts in dimension 0"},
+           Case{"/api/v1/ints?region=1::2,0:5", 400, "'1::2' has a step; only start:stop is supported"},
            Case{"/api/v1/ints?region=0:5", 400, "dimensions"},
            Case{"/api/v1/ints?region=0:5,0:5,0:1", 400, "dimensions"},
            Case{"/api/v1/ints?region=a:b,0:5", 400, "integer"},
@@ -2021,6 +2036,25 @@ TEST_CASE("server: the program stops gracefully on SIGTERM and SIGINT and exits 
   CHECK(run(std::string(ZARRCORO_SERVER_EXE) + " --root " + quote((root.path / "absent").string())).code == 2);
   CHECK(run(std::string(ZARRCORO_SERVER_EXE) + " --root " + quote(root.path.string()) + " --listen nonsense").code ==
         2);
+}
+
+TEST_CASE("server: --listen takes a host name, and a port in use or a zero memory limit is one clear line and exit 2 "
+          "(was: a numeric IP only; Boost's source location)",
+          "[regression]") {
+  TempDir root;
+  {
+    ServerProcess named(root.path, {"--listen", "localhost:0"});
+    CHECK(get(named.port, "/healthz").body() == "ok\n");
+  }
+  ServerProcess first(root.path);
+  const std::string exe = std::string(ZARRCORO_SERVER_EXE) + " --root " + quote(root.path.string());
+  const std::string busy = "127.0.0.1:" + std::to_string(first.port);
+  const Run taken = run(exe + " --listen " + busy);
+  CHECK(taken.code == 2);
+  CHECK(taken.out == "zarrcoro-server: error: --listen " + busy + ": cannot listen there: Address already in use\n");
+  const Run zero = run(exe + " --listen 127.0.0.1:0 --slice-memory-mib 0");
+  CHECK(zero.code == 2);
+  CHECK(zero.out.find("--slice-memory-mib: Value 0 not in range 1") != std::string::npos);
 }
 
 // ---------------------------------------------------------------------------

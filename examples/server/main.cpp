@@ -46,7 +46,10 @@ int main(int argc, char** argv) {
   app.add_option("--root", opt.root, "Directory of Zarr hierarchies to serve (read-only)")
       ->required()
       ->check(CLI::ExistingDirectory);
-  app.add_option("--listen", opt.listen, "HOST:PORT to listen on (port 0: any free port)")->capture_default_str();
+  app.add_option("--listen", opt.listen,
+                 "HOST:PORT to listen on: a numeric IP, [IPv6] or a host name (its first IPv4 address, else its "
+                 "first); port 0: any free port")
+      ->capture_default_str();
   app.add_option("--io-threads", io_threads, "Threads running the I/O loop")->check(CLI::Range(1u, 256u))->capture_default_str();
   app.add_option("--codec-threads", codec_threads, "Codec pool threads (0: one per core)")->capture_default_str();
   app.add_option("--codec-nice", codec_nice, "Niceness added to codec threads (0: none; no effect under SCHED_IDLE, see --no-codec-sched-idle)")
@@ -68,8 +71,11 @@ int main(int argc, char** argv) {
                "(needs CAP_SYS_NICE or RLIMIT_RTPRIO >= 1)");
   app.add_option("--max-connections", opt.max_connections, "Open connections; more get 503")->capture_default_str();
   app.add_option("--max-header-bytes", opt.max_header_bytes, "Request header size limit (431 over it)")->capture_default_str();
-  app.add_option("--max-response-mib", max_response_mib, "Largest slice response, MiB (400 over it)")->capture_default_str();
+  app.add_option("--max-response-mib", max_response_mib, "Largest slice response, MiB (400 over it)")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 40))
+      ->capture_default_str();
   app.add_option("--slice-memory-mib", slice_memory_mib, "All slice responses in memory at once, MiB (503 over it)")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 40))
       ->capture_default_str();
   app.add_option("--max-slices-in-flight", opt.max_slices_in_flight, "Slices decoded at once; more wait their turn")
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20))

@@ -389,8 +389,14 @@ tcp::endpoint parse_listen(const std::string& text) {
     throw std::invalid_argument("--listen: bad port '" + p + "'");
   boost::system::error_code aec;
   const auto address = asio::ip::make_address(host, aec);
-  if (aec) throw std::invalid_argument("--listen: bad address '" + host + "' (expected a numeric IP)");
-  return {address, static_cast<unsigned short>(port)};
+  if (!aec) return {address, static_cast<unsigned short>(port)};
+  asio::io_context io;  // a host name: its first IPv4 address, else its first
+  const auto found = tcp::resolver(io).resolve(host, p, aec);
+  if (aec || found.empty())
+    throw std::invalid_argument("--listen: cannot resolve '" + host + "'" + (aec ? ": " + aec.message() : ""));
+  for (const auto& entry : found)
+    if (entry.endpoint().address().is_v4()) return entry.endpoint();
+  return found.begin()->endpoint();
 }
 
 // One client connection. `idle` is touched only on the connection's strand.
@@ -504,10 +510,12 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
     for (unsigned i = 0; i < transmit_threads; ++i)  // named for top -H and perf (best effort)
       asio::post(transmit_pool, [] { ::pthread_setname_np(::pthread_self(), "zarrcoro-tx"); });
     const tcp::endpoint ep = parse_listen(opt.listen);
-    acceptor.open(ep.protocol());
-    acceptor.set_option(asio::socket_base::reuse_address(true));
-    acceptor.bind(ep);
-    acceptor.listen(asio::socket_base::max_listen_connections);
+    boost::system::error_code ec;
+    acceptor.open(ep.protocol(), ec);
+    if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) acceptor.bind(ep, ec);
+    if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) throw std::runtime_error("--listen " + opt.listen + ": cannot listen there: " + ec.message());
     endpoint = acceptor.local_endpoint();
   }
 
@@ -1394,6 +1402,11 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
     }
     if (failure) co_return reply("slice", std::move(*failure));
     const std::vector<std::uint64_t> shape = region.shape();
+    if (array.dtype().is_variable_length())
+      co_return fail(http::status::bad_request,
+                     "array '" + path + "' holds variable-length " + std::string(array.dtype().name()) +
+                         " elements: slices (.npy or raw) are served for fixed-size data types only; GET its "
+                         "chunks by key");
     // The .npy header names the real dtype (S, U, structs too); what a .npy
     // cannot hold is the request's problem: raw still serves it.
     std::string header;

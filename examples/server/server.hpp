@@ -63,7 +63,7 @@ namespace zarrcoro::server {
 
 struct ServerOptions {
   std::filesystem::path root;              // the directory served (must exist)
-  std::string listen = "127.0.0.1:8080";   // "host:port" or "[v6]:port"; port 0 picks a free one
+  std::string listen = "127.0.0.1:8080";   // "host:port" or "[v6]:port", host numeric or a name; port 0 picks a free one
   std::size_t max_connections = 1024;      // more are answered 503 and closed
   std::uint32_t max_header_bytes = 8 * 1024;          // over it: 431
   std::uint64_t max_body_bytes = 64 * 1024;           // request bodies are read and ignored; over it: 413

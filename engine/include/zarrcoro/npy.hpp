@@ -155,6 +155,9 @@ class NpyWriter {
   void write(const Region& box, ByteSpan data) const;
   // Flushes and renames the temporary file over the target.
   void commit();
+  // The temporary file, until commit() (e.g. for a program to remove it
+  // when a signal ends it before the destructor can).
+  const std::filesystem::path& temp_path() const { return temp_; }
 
  private:
   std::filesystem::path file_, temp_;
