@@ -85,9 +85,17 @@ void cmd_info(const fs::path& dir) {
   auto store = open_dir(rt, dir, true);
   const Node node = read_node(rt, *store, dir);  // this tool's own messages for a missing or untyped node
   std::vector<std::string> subdirs;  // a group's candidate children (an array lists nothing: HTTP cannot)
+  bool listed = true;                // false: a remote group whose children cannot be known (HTTP)
   if (node.type == "group" && is_remote(dir)) {  // (a group with consolidated metadata lists its copy's members)
     const bool consolidated = at(dir, [&] { return Group::open_blocking(rt, store, "").has_consolidated_metadata(); });
-    for (const auto& key : consolidated ? std::vector<std::string>{} : at(dir, [&] { return wait(rt, store->list("")); }))
+    std::vector<std::string> keys;
+    try {
+      if (!consolidated) keys = wait(rt, store->list(""));
+    } catch (const Error& e) {
+      if (e.field() != "list") throw Failure(quoted(dir) + ": " + e.what());
+      listed = false;
+    }
+    for (const auto& key : keys)
       if (auto slash = key.find('/'); slash != std::string::npos) subdirs.push_back(key.substr(0, slash));
     subdirs.erase(std::unique(subdirs.begin(), subdirs.end()), subdirs.end());
   } else if (node.type == "group") {
@@ -95,7 +103,9 @@ void cmd_info(const fs::path& dir) {
       if (e.is_directory()) subdirs.push_back(e.path().filename().string());
   }
   std::sort(subdirs.begin(), subdirs.end());
-  print(at(dir, [&] { return wait(rt, node_info(rt, store, "", subdirs)); }));
+  ojson j = at(dir, [&] { return wait(rt, node_info(rt, store, "", subdirs)); });
+  if (!listed) j["children"] = nullptr;
+  print(j);
 }
 
 // " (10, 5) int32": an array's shape and data type.

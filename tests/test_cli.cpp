@@ -712,6 +712,12 @@ TEST_CASE("cli: info on an HTTP array reads it without listing; ls of an HTTP gr
   CHECK(read_npy(dir / "o.npy").data == Bytes{std::byte{7}, std::byte{7}});
   CHECK(ok(dir, {"ls", server.url() + "/g/arr"}).out == "/ (2,) uint8\n");
   fails(dir, {"ls", server.url() + "/g"}, "or consolidated metadata in the group (none was found)");
+  // info of such a group: its children are unknown (null), not an error (was: "store I/O error: field 'list'").
+  const auto gi = nlohmann::json::parse(ok(dir, {"info", server.url() + "/g"}).out);
+  CHECK(gi["node_type"] == "group");
+  CHECK(gi["children"].is_null());
+  server.put("/v2g/.zgroup", R"({"zarr_format": 2})");
+  CHECK(nlohmann::json::parse(ok(dir, {"info", server.url() + "/v2g"}).out)["children"].is_null());
 
   // With consolidated metadata (zarr-python 3's inline form), ls and info list it, from g/zarr.json alone.
   const auto arr = nlohmann::json::parse(arr_doc);
