@@ -1155,6 +1155,7 @@ TEST_CASE("server: bad, out-of-bounds and absurd regions are 4xx with a reason")
            Case{"/api/v1/ints?region=99999999999999999999999:1,0:1", 400, "64 bits"},
            Case{"/api/v1/ints?format=xml", 400, "format"},
            Case{"/api/v1/ints?regoin=0:1,0:1", 400, "unknown parameter"},
+           Case{"/api/v1/ints?region=0:10,5:20&region=0:1,0:1", 400, "parameter 'region' given twice"},
            Case{"/api/v1/ints?region=%zz", 400, "malformed"},
            Case{"/api/v1/huge", 400, "too large"},
            Case{"/api/v1/huge?region=0:100,0:1000", 200, ""},

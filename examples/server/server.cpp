@@ -1373,7 +1373,10 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
     const auto params = parse_query(query);
     if (!params) co_return fail(http::status::bad_request, "malformed query string");
     std::string region_text, format = "npy";
-    for (const auto& [k, v] : *params) {
+    for (std::size_t i = 0; i < params->size(); ++i) {
+      const auto& [k, v] = (*params)[i];
+      for (std::size_t j = 0; j < i; ++j)
+        if ((*params)[j].first == k) co_return fail(http::status::bad_request, "parameter '" + k + "' given twice");
       if (k == "region") region_text = v;
       else if (k == "format") format = v;
       else co_return fail(http::status::bad_request, "unknown parameter '" + k + "' (expected region, format)");
