@@ -6,6 +6,7 @@
 #include <zarrcoro/error.hpp>
 
 #include "codecs/box.hpp"
+#include "codecs/vlen.hpp"
 
 namespace zarrcoro::codecs {
 namespace {
@@ -177,6 +178,16 @@ bool ShardingCodec::update(const ArraySpec& spec, std::optional<ByteSpan> existi
                        existing->size());
   }
   Bytes fill = spec.fill.empty() ? Bytes(es, std::byte{0}) : spec.fill;
+  // Variable-length elements by content (`fill` then holds a view of the fill value's bytes).
+  std::string_view fill_text;
+  if (spec.dtype.is_variable_length() && fill.size() == sizeof(VlenView)) {
+    VlenView v;
+    std::memcpy(&v, fill.data(), sizeof v);
+    if (v.size) fill_text = {v.data, static_cast<std::size_t>(v.size)};
+  }
+  auto is_fill = [&](ByteSpan c) {
+    return spec.dtype.is_variable_length() ? all_views_equal(c, fill_text) : all_equal(c, fill.data(), es);
+  };
   std::vector<std::uint64_t> entries(2 * num_inner_, kMissing);
   Bytes body, encoded, chunk(inner_->chunk_spec().num_bytes());
   std::vector<std::uint64_t> lo(r), hi(r), in_chunk(r), in_src(r), ext(r);
@@ -207,7 +218,7 @@ bool ShardingCodec::update(const ArraySpec& spec, std::optional<ByteSpan> existi
         ext[d] = hi[d] - lo[d];
       }
       copy_box(src, src_shape, in_src, chunk.data(), chunk_shape_, in_chunk, ext, es);
-      if (all_equal(chunk, fill.data(), es)) return;  // an empty inner chunk is not stored
+      if (is_fill(chunk)) return;  // an empty inner chunk is not stored
       inner_->encode(chunk, encoded);
       piece = encoded;
     }

@@ -124,6 +124,15 @@ void no_configuration(const nlohmann::json& config, const char* name) {
 
 }  // namespace
 
+bool all_views_equal(ByteSpan views, std::string_view value) {
+  for (std::size_t off = 0; off + sizeof(VlenView) <= views.size(); off += sizeof(VlenView)) {
+    VlenView v;
+    std::memcpy(&v, views.data() + off, sizeof v);
+    if (v.size != value.size() || (v.size && std::memcmp(v.data, value.data(), v.size) != 0)) return false;
+  }
+  return true;
+}
+
 const char* VlenHeap::keep(ByteSpan bytes) {
   if (bytes.empty()) return nullptr;
   auto block = std::make_unique<char[]>(bytes.size());

@@ -79,6 +79,11 @@ class VlenHeapScope {
 // beyond U+10FFFF).
 bool valid_utf8(std::string_view s);
 
+// True if every element of `views` (VlenViews, as a chunk of a
+// variable-length type holds them) has the bytes `value` has: compared by
+// content, since equal strings live at different addresses.
+bool all_views_equal(ByteSpan views, std::string_view value);
+
 std::unique_ptr<ArrayToBytesCodec> make_vlen_utf8_codec(const nlohmann::json& config, const ArraySpec& spec);
 std::unique_ptr<ArrayToBytesCodec> make_vlen_bytes_codec(const nlohmann::json& config, const ArraySpec& spec);
 

@@ -1249,13 +1249,7 @@ class WriteOp final : public ChunkOp {
   // True if every element of `chunk` is the fill value (variable length: by content).
   bool all_fill(ByteSpan chunk, std::size_t es) const {
     if (!heap_) return detail::all_equal(chunk, st_->fill.data(), es);
-    const std::string_view fill = st_->fill_text;
-    for (std::size_t off = 0; off < chunk.size(); off += sizeof(codecs::VlenView)) {
-      codecs::VlenView v;
-      std::memcpy(&v, chunk.data() + off, sizeof v);
-      if (v.size != fill.size() || (v.size && std::memcmp(v.data, fill.data(), v.size) != 0)) return false;
-    }
-    return true;
+    return codecs::all_views_equal(chunk, st_->fill_text);
   }
 
   void encode(std::size_t i) {

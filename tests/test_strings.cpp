@@ -211,6 +211,28 @@ TEST_CASE("strings: sharding with vlen inner chunks (whole and partial shards)")
   CHECK(a.read_strings_blocking(Region::parse("4:6,1:3", a.shape())) == Strings{all[21], all[22], all[26], all[27]});
 }
 
+TEST_CASE("strings: a sharded inner chunk that holds the fill value everywhere is not stored, compared by content "
+          "(was: by address, so it was stored)",
+          "[regression]") {
+  Runtime rt;
+  auto store = std::make_shared<MemoryStore>();
+  const char* sharded = R"([{"name":"sharding_indexed","configuration":{"chunk_shape":[2],
+    "codecs":[{"name":"vlen-utf8"}],
+    "index_codecs":[{"name":"bytes","configuration":{"endian":"little"}},{"name":"crc32c"}]}}])";
+  Array a = Array::create_blocking(rt, store, "s", meta(DataTypeKind::string, {4}, {4}, sharded, "fill"));
+  a.write_strings_blocking(Region::all(a.shape()), Strings{"fill", "fill", "x", "fill"});
+  const auto shard = get(*store, "s/c/0");
+  REQUIRE(shard);
+  // Index: 2 inner chunks x (offset, nbytes) + crc32c; inner chunk 0 is all fill: missing.
+  std::uint64_t entry[2];
+  std::memcpy(entry, shard->data() + shard->size() - 36, 16);
+  CHECK(entry[0] == ~std::uint64_t{0});
+  CHECK(entry[1] == ~std::uint64_t{0});
+  CHECK(a.read_strings_blocking(Region::all(a.shape())) == Strings{"fill", "fill", "x", "fill"});
+  a.write_strings_blocking(Region::parse("2:3", a.shape()), Strings{"fill"});  // now all fill: no shard
+  CHECK_FALSE(get(*store, "s/c/0"));
+}
+
 TEST_CASE("strings: hostile chunks give CorruptChunk naming the key, never a crash or a huge allocation") {
   Runtime rt;
   auto store = std::make_shared<MemoryStore>();
