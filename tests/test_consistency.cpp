@@ -444,10 +444,16 @@ TEST_CASE("a partial shard read on a store that cannot version values never mixe
 TEST_CASE("a store made where a freed one was does not use the freed one's cached shard indexes "
           "(was: a MemoryStore at the same address, whose generations repeat, read index bytes as data)",
           "[consistency][regression]") {
-  Runtime rt({.codec_threads = 1});
+  // Declared before the runtime, which outlives every reference its threads hold to the stores.
   alignas(MemoryStore) unsigned char place[sizeof(MemoryStore)];
+  std::atomic<bool> destroyed{false};
+  Runtime rt({.codec_threads = 1});
   const auto make = [&] {
-    return std::shared_ptr<MemoryStore>(new (place) MemoryStore(), [](MemoryStore* m) { m->~MemoryStore(); });
+    destroyed = false;
+    return std::shared_ptr<MemoryStore>(new (place) MemoryStore(), [&destroyed](MemoryStore* m) {
+      m->~MemoryStore();
+      destroyed = true;
+    });
   };
   {
     auto first = make();
@@ -455,6 +461,9 @@ TEST_CASE("a store made where a freed one was does not use the freed one's cache
     write(a, Region::all(a.shape()), {1, 2, 3, 4, 5, 6, 7, 8});
     CHECK(ints(a.read_blocking({{4}, {8}})) == std::vector<std::int32_t>{5, 6, 7, 8});  // its index is cached
   }
+  // The read's last reference to the store may go a moment after it returned (on a codec thread).
+  for (int i = 0; i < 30000 && !destroyed; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(destroyed);
   auto second = make();
   REQUIRE(static_cast<void*>(second.get()) == static_cast<void*>(place));
   {
