@@ -29,6 +29,10 @@ std::string quoted(const fs::path& p) {
 
 bool is_remote(const fs::path& dir) { return is_url(dir.string()); }
 
+std::string count_of(std::uint64_t n, const std::string& noun) {
+  return std::to_string(n) + ' ' + noun + (n == 1 ? "" : "s");
+}
+
 std::shared_ptr<Store> open_dir(Runtime& rt, const fs::path& dir, bool must_exist) {
   if (is_remote(dir)) return open_store(dir.string(), rt.io_executor());
   std::error_code ec;
@@ -71,8 +75,8 @@ void refresh_consolidated_above(Runtime& rt, const fs::path& dir) {
   if (ec) return;
   for (fs::path up = node.parent_path(); up.has_relative_path(); up = up.parent_path()) {
     if (fs::exists(up / ".zarray", ec)) return;  // nothing lives below an array
-    const bool v3_node = fs::exists(up / "zarr.json", ec);
-    if (!v3_node && !fs::exists(up / ".zgroup", ec) && !fs::exists(up / ".zmetadata", ec)) continue;
+    if (!fs::exists(up / "zarr.json", ec) && !fs::exists(up / ".zgroup", ec) && !fs::exists(up / ".zmetadata", ec))
+      continue;
     auto store = open_dir(rt, up, true);
     if (read_node(rt, *store, up).type != "group") return;
     at(up, [&] {

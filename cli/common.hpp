@@ -30,6 +30,8 @@ struct Failure : std::runtime_error {
 extern bool verbose;  // -v: log at info level
 
 std::string quoted(const fs::path& p);
+// "1 dimension", "2 dimensions": `n` and the noun, plural unless n is 1.
+std::string count_of(std::uint64_t n, const std::string& noun);
 
 template <class T>
 T wait(Runtime& rt, awaitable<T> a) {

@@ -22,8 +22,6 @@ using Shape = std::vector<std::uint64_t>;
 
 std::string node_name(const std::string& path) { return path.empty() ? "/" : path; }
 
-std::string dimensions(std::size_t n) { return std::to_string(n) + (n == 1 ? " dimension" : " dimensions"); }
-
 // A shape option for the array at `path`: a Failure for SRC itself (an
 // array) of another rank; nullopt, with a note, for an array of another
 // rank in a group (whose arrays may have several ranks).
@@ -32,9 +30,9 @@ std::optional<Shape> shape_option(const std::string& text, const std::string& op
   Shape v = parse_list(text, option);
   if (v.size() == src.rank()) return v;
   if (path.empty())
-    throw Failure(option + " '" + text + "' has " + dimensions(v.size()) + "; the array has " +
-                  dimensions(src.rank()));
-  std::cerr << "note: " << option << " '" << text << "' has " << dimensions(v.size()) << "; array '"
+    throw Failure(option + " '" + text + "' has " + count_of(v.size(), "dimension") + "; the array has " +
+                  count_of(src.rank(), "dimension"));
+  std::cerr << "note: " << option << " '" << text << "' has " << count_of(v.size(), "dimension") << "; array '"
             << node_name(path) << "' has " << src.rank() << " and keeps its own\n";
   return std::nullopt;
 }

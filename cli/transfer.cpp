@@ -32,12 +32,8 @@ std::vector<std::optional<std::string>> parse_names(const std::string& text, std
     pos = comma + 1;
   }
   if (names.size() != rank || (rank == 0 && !text.empty()))
-  {
-    const std::size_t n = rank == 0 ? 1 : names.size();
-    throw Failure("--dimension-names: '" + text + "' has " + std::to_string(n) + (n == 1 ? " name" : " names") +
-                  ", the array in " + quoted(in) + " has " + std::to_string(rank) +
-                  (rank == 1 ? " dimension" : " dimensions"));
-  }
+    throw Failure("--dimension-names: '" + text + "' has " + count_of(rank == 0 ? 1 : names.size(), "name") +
+                  ", the array in " + quoted(in) + " has " + count_of(rank, "dimension"));
   return names;
 }
 
@@ -63,8 +59,8 @@ ArrayMetadata import_metadata(DataType dtype, const Shape& shape, const fs::path
   auto rank_checked = [&](const std::string& text, const char* option) {
     Shape v = parse_list(text, option);
     if (v.size() != m.shape.size())
-      throw Failure(std::string(option) + ": '" + text + "' has " + std::to_string(v.size()) +
-                    " dimensions, the array in " + quoted(in) + " has " + std::to_string(m.shape.size()));
+      throw Failure(std::string(option) + ": '" + text + "' has " + count_of(v.size(), "dimension") +
+                    ", the array in " + quoted(in) + " has " + std::to_string(m.shape.size()));
     return v;
   };
   Shape inner;

@@ -1164,7 +1164,7 @@ TEST_CASE("cli: import --attrs, --dimension-names and --shard are written exactl
   fails(dir, {"import", "a.npy", "b", "--dimension-names", "x,"}, "--dimension-names: name 2 in 'x,' is empty");
   fails(dir, {"import", "a.npy", "b", "--chunks", "3,4", "--shard", "6,8", "--zarr-format", "2"}, "--shard: Zarr v2 has no sharding");
   fails(dir, {"import", "a.npy", "b", "--chunks", "3,4", "--shard", "5,8"}, "is not a multiple of its chunk shape (3, 4)");
-  fails(dir, {"import", "a.npy", "b", "--chunks", "3,4", "--shard", "6"}, "--shard: '6' has 1 dimensions");
+  fails(dir, {"import", "a.npy", "b", "--chunks", "3,4", "--shard", "6"}, "--shard: '6' has 1 dimension, the array in 'a.npy' has 2");
   fails(dir, {"import", "a.npy", "b", "--shard", "6,8"}, "--shard needs --chunks");
   fails(dir, {"import", "a.npy", "b", "--block-bytes", "0"}, "--block-bytes");
   CHECK_FALSE(fs::exists(dir / "b"));

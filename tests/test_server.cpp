@@ -1202,6 +1202,7 @@ TEST_CASE("server: info is the JSON of `zarrcoro info`") {
   CHECK(nlohmann::json::parse(r.body())["chunks_stored"] == 25);  // every chunk of the 5 x 5 grid
   CHECK(nlohmann::json::parse(r.body())["chunks_total"] == 25);
   CHECK(get(s.port(), "/api/v1/g/ints/info?stats=2").result_int() == 400);
+  CHECK(get(s.port(), "/api/v1/g/ints/info?stats=1&stats=0").body() == "parameter 'stats' given twice\n");
   r = get(s.port(), "/api/v1/g/info");
   CHECK(r.body() == expect("g"));
   CHECK(nlohmann::json::parse(r.body())["children"].size() == 1);

@@ -62,6 +62,13 @@ std::optional<Target> parse_target(std::string_view target) {
   return t;
 }
 
+std::optional<std::string> repeated_param(const Params& params) {
+  for (std::size_t i = 0; i < params.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      if (params[j].first == params[i].first) return params[i].first;
+  return std::nullopt;
+}
+
 std::optional<Params> parse_query(std::string_view query) {
   Params out;
   while (!query.empty()) {

@@ -29,6 +29,9 @@ std::optional<Target> parse_target(std::string_view target);
 // "a=1&b=%3A" -> {{"a","1"},{"b",":"}}; nullopt on a bad escape.
 using Params = std::vector<std::pair<std::string, std::string>>;
 std::optional<Params> parse_query(std::string_view query);
+// The first parameter name `params` holds twice, if any (a request's
+// parameters are refused then, rather than one of them winning silently).
+std::optional<std::string> repeated_param(const Params& params);
 
 // A Range header resolved against a value of `size` bytes (RFC 9110, 14.2).
 struct RangeSet {

@@ -213,6 +213,7 @@ std::string index_html(const std::string& dir, const std::optional<std::vector<N
 std::optional<Response> flag_param(const std::string& query, const std::string& name, bool& value) {
   const auto params = parse_query(query);
   if (!params) return text(http::status::bad_request, "malformed query string");
+  if (auto twice = repeated_param(*params)) return text(http::status::bad_request, "parameter '" + *twice + "' given twice");
   for (const auto& [k, v] : *params) {
     if (k == name && (v == "1" || v == "true")) value = true;
     else if (k == name && (v == "0" || v == "false")) value = false;
@@ -1373,10 +1374,9 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
     const auto params = parse_query(query);
     if (!params) co_return fail(http::status::bad_request, "malformed query string");
     std::string region_text, format = "npy";
-    for (std::size_t i = 0; i < params->size(); ++i) {
-      const auto& [k, v] = (*params)[i];
-      for (std::size_t j = 0; j < i; ++j)
-        if ((*params)[j].first == k) co_return fail(http::status::bad_request, "parameter '" + k + "' given twice");
+    if (auto twice = repeated_param(*params))
+      co_return fail(http::status::bad_request, "parameter '" + *twice + "' given twice");
+    for (const auto& [k, v] : *params) {
       if (k == "region") region_text = v;
       else if (k == "format") format = v;
       else co_return fail(http::status::bad_request, "unknown parameter '" + k + "' (expected region, format)");
