@@ -5,7 +5,7 @@
 // same inner chunks on as many threads as the workload can keep decoding at
 // once (the codec pool's, or 1 for one reader of one inner chunk a call).
 //
-//   build/perf/sharded_reads [--json FILE] [--keep DIR]
+//   build/perf/sharded_reads [--json FILE] [--keep DIR] [--repeats N] [--only whole|inner]
 #include <zstd.h>
 
 #include <atomic>
@@ -90,7 +90,10 @@ int main(int argc, char** argv) {
   int repeats = 5;
   app.add_option("--json", json_path, "write the results as JSON");
   app.add_option("--keep", keep, "use (and keep) this directory for the array");
+  std::string only;
   app.add_option("--repeats", repeats, "runs per measurement (best is reported)");
+  app.add_option("--only", only, "run one workload: the whole array, or inner chunk by inner chunk (for profiles)")
+      ->check(CLI::IsMember({"whole", "inner"}));
   CLI11_PARSE(app, argc, argv);
 
   const fs::path dir = keep.empty() ? fs::temp_directory_path() / ("zarrcoro-sharded-" + std::to_string(::getpid()))
@@ -147,11 +150,10 @@ int main(int argc, char** argv) {
         {name, readers, decoders, seconds, target, rt.loop_lag().p99_us, rt.stats().pool_submissions});
   };
 
-  if (getenv("ONLY8")) repeats = 30;
   // Whole array into one buffer.
   std::vector<std::byte> out(total);
   double best = 1e9;
-  for (int r = 0; r < (getenv("ONLY8") ? 0 : repeats); ++r) {
+  for (int r = 0; r < (only == "inner" ? 0 : repeats); ++r) {
     limit_round();
     rt.reset_loop_lag();
     rt.reset_stats();
@@ -159,13 +161,14 @@ int main(int argc, char** argv) {
     a.read_blocking(Region::all(a.shape()), out);
     best = std::min(best, seconds_since(t0));
   }
-  keep_best("whole array", 1, threads, best, 0.9);
+  if (only != "inner") keep_best("whole array", 1, threads, best, 0.9);
 
   // Inner chunk by inner chunk, R threads, each reading one inner chunk per call.
-  for (unsigned readers : {1u, 8u}) { if (getenv("ONLY8") && readers != 8) continue;
+  for (unsigned readers : {1u, 8u}) {
+    if (only == "whole") break;
     best = 1e9;
     for (int r = 0; r < repeats; ++r) {
-      if (!getenv("ONLY8")) limit_round();
+      limit_round();
       rt.reset_loop_lag();
       rt.reset_stats();
       std::atomic<std::uint64_t> next{0};
