@@ -1215,7 +1215,8 @@ TEST_CASE("server: info is the JSON of `zarrcoro info`") {
   CHECK(r.body().find("node_type") != std::string::npos);
 }
 
-TEST_CASE("server: a browsable hierarchy: HTML pages at / and each group, members as JSON, v2 info, .npy names") {
+TEST_CASE("server: a browsable hierarchy: HTML pages at / and each group, members as JSON, v2 info, .npy names, "
+          "an info link only where there is a node") {
   TestServer s;
   Group::create_blocking(*s.rt, s.store, "", {{"root", true}});
   write_ints(s, "g/ints", {4, 3}, {2, 3});
@@ -1244,9 +1245,16 @@ TEST_CASE("server: a browsable hierarchy: HTML pages at / and each group, member
   CHECK(r.result_int() == 200);
   CHECK(r.body().find("<h2>Members</h2>") == std::string::npos);
   CHECK(r.body().find(R"(<li><a href="/g/ints/c/">c/</a></li>)") != std::string::npos);
+  CHECK(r.body().find(R"(<p><a href="/api/v1/g/ints/info">info</a> &middot; <a href="/g/">up</a></p>)") !=
+        std::string::npos);
   CHECK(get(s.port(), "/nothing/").result_int() == 404);
   CHECK(get(s.port(), "/g/ints/zarr.json/").result_int() == 404);
   CHECK(get(s.port(), "/g/ints").result_int() == 404);  // a directory is no key (HttpStore would see one)
+
+  r = get(s.port(), "/g/ints/c/");  // no node here: no info link (it would be a 404), only the way up
+  CHECK(r.result_int() == 200);
+  CHECK(r.body().find("info") == std::string::npos);
+  CHECK(r.body().find(R"(<p><a href="/g/ints/">up</a></p>)") != std::string::npos);
 
   r = get(s.port(), "/api/v1/members?recursive=1");
   CHECK(r.result_int() == 200);

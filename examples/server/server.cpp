@@ -178,15 +178,22 @@ std::string index_html(const std::string& dir, const std::optional<std::vector<N
                        const std::vector<DirEntry>& entries) {
   const std::string title = "/" + (dir.empty() ? "" : dir + "/");
   const std::string prefix = dir.empty() ? "" : dir + "/";
-  std::string h = "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>zarrcoro " + html_escape(title) +
-                  "</title></head>\n<body>\n<h1>" + html_escape(title) + "</h1>\n<p><a href=\"/api/v1/" +
-                  url_path(prefix) + "info\">info</a>";
-  if (members) h += " &middot; <a href=\"/api/v1/" + url_path(prefix) + "members?recursive=1\">members (JSON)</a>";
+  // Links to the node's info (only where there is a node: a group, or an
+  // array's metadata), its members and the directory above.
+  const bool node = members || std::any_of(entries.begin(), entries.end(), [](const DirEntry& e) {
+                      return !e.dir && (e.name == "zarr.json" || e.name == ".zarray" || e.name == ".zgroup");
+                    });
+  std::vector<std::string> links;
+  if (node) links.push_back("<a href=\"/api/v1/" + url_path(prefix) + "info\">info</a>");
+  if (members) links.push_back("<a href=\"/api/v1/" + url_path(prefix) + "members?recursive=1\">members (JSON)</a>");
   if (!dir.empty()) {
     const auto up = dir.rfind('/');
-    h += " &middot; <a href=\"/" + url_path(up == std::string::npos ? "" : dir.substr(0, up) + "/") + "\">up</a>";
+    links.push_back("<a href=\"/" + url_path(up == std::string::npos ? "" : dir.substr(0, up) + "/") + "\">up</a>");
   }
-  h += "</p>\n";
+  std::string h = "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>zarrcoro " + html_escape(title) +
+                  "</title></head>\n<body>\n<h1>" + html_escape(title) + "</h1>\n";
+  for (std::size_t i = 0; i < links.size(); ++i)
+    h += (i == 0 ? "<p>" : " &middot; ") + links[i] + (i + 1 == links.size() ? "</p>\n" : "");
   if (members) {
     h += "<h2>Members</h2>\n<ul>\n";
     for (const auto& m : *members) {
