@@ -1,5 +1,10 @@
 #include <zarrcoro/store/http.hpp>
 
+#include <algorithm>
+#include <cctype>
+
+#include <boost/algorithm/string/predicate.hpp>
+
 #include <zarrcoro/error.hpp>
 #include <zarrcoro/store/memory.hpp>  // clip
 
@@ -36,13 +41,34 @@ namespace {
 
 bool is_redirect(unsigned s) { return s == 301 || s == 302 || s == 303 || s == 307 || s == 308; }
 
-// Points `req` at `location` (absolute, or relative to the request's target).
-void redirect(http::Request& req, const std::string& location) {
-  if (location.starts_with("http://") || location.starts_with("https://")) {
-    const std::size_t scheme_end = location.find("://") + 3;
-    const std::size_t path = location.find('/', scheme_end);
-    req.origin = http::parse_url(location.substr(0, path)).first;
-    req.target = path == std::string::npos ? "/" : location.substr(path);
+// Points `req` at `location` (absolute, scheme-relative, or relative to the
+// request's target). Another origin does not get `own` (the store's
+// configured headers: credentials for this server only), and an https
+// store is never led to plain http. StoreError for such a redirect.
+void redirect(http::Request& req, const std::string& location,
+              const std::vector<std::pair<std::string, std::string>>& own) {
+  const bool absolute = boost::algorithm::istarts_with(location, "http://") ||
+                        boost::algorithm::istarts_with(location, "https://");
+  if (absolute || location.starts_with("//")) {
+    std::string url = absolute ? location : (req.origin.tls ? "https:" : "http:") + location;
+    const std::size_t scheme_end = url.find("://") + 3;
+    for (std::size_t i = 0; i < scheme_end; ++i) url[i] = static_cast<char>(std::tolower(static_cast<unsigned char>(url[i])));
+    const std::size_t path = url.find_first_of("/?", scheme_end);
+    http::Origin to;
+    try {
+      to = http::parse_url(url.substr(0, path)).first;
+    } catch (const InvalidArgument& e) {
+      throw StoreError(req.key, "Location", req.origin.str() + req.target + ": a redirect to " + location + ": " + e.what());
+    }
+    if (req.origin.tls && !to.tls)
+      throw StoreError(req.key, "Location", req.origin.str() + req.target + ": a redirect from https to " + location);
+    if (to != req.origin)
+      std::erase_if(req.headers, [&](const auto& h) {
+        return std::any_of(own.begin(), own.end(),
+                           [&](const auto& o) { return boost::algorithm::iequals(o.first, h.first); });
+      });
+    req.origin = to;
+    req.target = path == std::string::npos ? "/" : url[path] == '?' ? "/" + url.substr(path) : url.substr(path);
   } else if (location.starts_with("/")) {
     req.target = location;
   } else {
@@ -63,7 +89,7 @@ awaitable<http::Response> HttpStore::fetch(http::Request req) {
     if (hops == max_redirects)
       throw StoreError(req.key, "HTTP " + std::to_string(r.status),
                        url_ + ": more than " + std::to_string(max_redirects) + " redirects");
-    redirect(req, location);
+    redirect(req, location, options_.headers);
   }
 }
 
@@ -89,7 +115,7 @@ awaitable<ReadResult> HttpStore::read(std::string key, ReadOptions options) {
   http::Response r = co_await fetch(std::move(req));
   const std::string url = base_ + target(key);
   ReadResult result;
-  if (r.status == 412) {  // If-Match failed: another version (or none)
+  if (r.status == 412 && !if_equal.unknown() && !if_equal.is_absent()) {  // If-Match failed: another version (or none)
     result.changed = true;
     co_return result;
   }

@@ -1,17 +1,17 @@
 #include "store/http_client.hpp"
 
 #include <openssl/ssl.h>
+#include <sys/socket.h>
 #include <openssl/x509.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <limits>
 #include <optional>
 #include <random>
-#include <variant>
 
-#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/experimental/concurrent_channel.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -133,6 +133,13 @@ std::optional<Bytes> take_value(const std::string& key, const std::string& url, 
   switch (r.status) {
     case 200: {
       if (range.kind == ByteRange::Kind::full) return std::move(r.body);
+      // A 200 is the whole value (the server ignored the range), unless a
+      // Content-Range says it is a part mislabelled: slicing that would be
+      // wrong data.
+      if (!r.header("Content-Range").empty())
+        throw StoreError(key, "Content-Range",
+                         "GET " + url + ": a 200 answer to a range request with a Content-Range ('" +
+                             r.header("Content-Range") + "'): a part or the whole value?");
       // The server ignored the range: slice the whole value.
       const ByteExtent e = clip(range, r.body.size());
       return Bytes(r.body.begin() + static_cast<std::ptrdiff_t>(e.begin),
@@ -192,16 +199,18 @@ Bytes take_partial(const std::string& key, const std::string& url, const ByteRan
                                   : range.offset + range.length;
     want_last = end - 1;
     if (total_known && want_last >= total) want_last = total - 1;
-    if (first != want_first || (total_known ? last != want_last : last > want_last))
-      return fail("the server sent another range than requested");
+    // Without the total, a shorter answer could be the value's end or a
+    // part of what was asked: only the exact range is taken.
+    if (first != want_first || last != want_last)
+      return fail(total_known || last > want_last || first != want_first
+                      ? "the server sent another range than requested"
+                      : "the server sent less than requested without the value's length");
   } else if (range.kind == ByteRange::Kind::suffix) {
-    if (total_known) {
-      const ByteExtent e = clip(range, total);
-      if (first != e.begin || last + 1 != e.end)
-        return fail("the server sent another range than requested");
-    } else if (last - first + 1 > range.length) {
-      return fail("the server sent more bytes than requested");
-    }
+    // A suffix is located by the total: a server that does not know it
+    // cannot have answered one.
+    if (!total_known) return fail("a suffix answer without the value's length");
+    const ByteExtent e = clip(range, total);
+    if (first != e.begin || last + 1 != e.end) return fail("the server sent another range than requested");
   }
   return std::move(r.body);
 }
@@ -381,6 +390,7 @@ struct Client::Attempt {
   bool retryable = true;      // meaningful when ec is set
   bool got_response = false;  // any response byte arrived
   bool keep_alive = false;    // the connection may serve another request
+  unsigned sends = 0;         // exchanges begun, with those on pooled connections that failed first
   std::uint64_t sent = 0, received = 0;  // body bytes
 };
 
@@ -476,23 +486,40 @@ awaitable<void> do_exchange(Stream* stream_ptr, Client::Conn* conn, const Reques
   }
   sent += req.body.size();
 
-  beast_http::response_parser<ResponseBody> parser;
-  parser.body_limit(opt.max_body_bytes);
-  if (req.method == beast_http::verb::head) parser.skip(true);
-  const std::size_t before = buffer.size();
-  while (!parser.is_header_done()) {
-    if (!arm()) co_return timeout();
-    co_await beast_http::async_read_some(stream, buffer, parser, asio::redirect_error(use_awaitable, ec));
-    if (buffer.size() != before || parser.got_some()) got_response = true;
-    if (ec) {
-      what = describe(ec);
-      // A message that does not parse is not worth repeating.
-      retryable = ec.category() != http_category() ||
-                  ec == beast_http::error::end_of_stream || ec == beast_http::error::partial_message;
+  // The final response's header, after any interim (1xx) ones, which carry
+  // no body (RFC 9110 15.2: 100 Continue, 103 Early Hints): each is read
+  // whole and dropped. (101 would switch protocols: never asked for, so
+  // taken as final, and refused by the caller as any unexpected status.)
+  constexpr int kMaxInterim = 16;
+  std::optional<beast_http::response_parser<ResponseBody>> parsing;
+  for (int interim = 0;; ++interim) {
+    parsing.emplace();
+    parsing->body_limit(opt.max_body_bytes);
+    if (req.method == beast_http::verb::head) parsing->skip(true);
+    const std::size_t before = buffer.size();
+    while (!parsing->is_header_done()) {
+      if (!arm()) co_return timeout();
+      co_await beast_http::async_read_some(stream, buffer, *parsing, asio::redirect_error(use_awaitable, ec));
+      if (buffer.size() != before || parsing->got_some()) got_response = true;
+      if (ec) {
+        what = describe(ec);
+        // A message that does not parse is not worth repeating.
+        retryable = ec.category() != http_category() ||
+                    ec == beast_http::error::end_of_stream || ec == beast_http::error::partial_message;
+        co_return;
+      }
+    }
+    got_response = true;
+    const unsigned code = parsing->get().result_int();
+    if (code < 100 || code >= 200 || code == 101) break;
+    if (interim == kMaxInterim) {
+      ec = beast_http::error::bad_status;
+      what = "more than " + std::to_string(kMaxInterim) + " interim (1xx) responses";
+      retryable = false;
       co_return;
     }
   }
-  got_response = true;
+  auto& parser = *parsing;
   const unsigned status = parser.get().result_int();
   if (req.max_full_body && status == 200 && req.method != beast_http::verb::head) {
     const auto length = parser.content_length();
@@ -590,7 +617,6 @@ std::chrono::milliseconds Client::backoff(unsigned retry, const Response* respon
 awaitable<std::unique_ptr<Client::Conn>> Client::connect(Origin o, Attempt* out_ptr,
                                                          asio::any_io_executor strand) {
   Attempt& out = *out_ptr;
-  using namespace asio::experimental::awaitable_operators;
   const auto deadline = Clock::now() + options_.connect_timeout;
   auto left = [&] {
     return std::max(std::chrono::milliseconds{1},
@@ -605,23 +631,40 @@ awaitable<std::unique_ptr<Client::Conn>> Client::connect(Origin o, Attempt* out_
   if (!ec) {
     endpoints.emplace_back(address, o.port);
   } else {
-    tcp::resolver resolver(strand);
-    asio::steady_timer timer(strand, left());
-    std::variant<tcp::resolver::results_type, std::monostate> found;
-    try {
-      found = co_await (resolver.async_resolve(host, std::to_string(o.port), use_awaitable) ||
-                        timer.async_wait(use_awaitable));
-    } catch (const boost::system::system_error& e) {
-      out.ec = e.code();
-      out.what = "cannot resolve '" + host + "': " + e.code().message();
+    // getaddrinfo cannot be interrupted: a lookup still running at the
+    // deadline is left to finish on its own (its result dropped), rather
+    // than awaited as a cancelled operation would be.
+    struct Lookup {
+      tcp::resolver resolver;
+      asio::steady_timer deadline;
+      std::optional<error_code> ec;
+      tcp::resolver::results_type found;
+      explicit Lookup(const asio::any_io_executor& ex) : resolver(ex), deadline(ex) {}
+    };
+    auto lookup = std::make_shared<Lookup>(strand);
+    lookup->deadline.expires_after(left());
+    lookup->resolver.async_resolve(host, std::to_string(o.port),
+                                   [lookup](error_code e, tcp::resolver::results_type found) {
+                                     lookup->ec = e;
+                                     lookup->found = std::move(found);
+                                     lookup->deadline.cancel();
+                                   });
+    error_code waited;
+    co_await lookup->deadline.async_wait(asio::redirect_error(use_awaitable, waited));
+    if (!lookup->ec) {
+      const bool cancelled = waited == asio::error::operation_aborted;  // by the caller
+      lookup->resolver.cancel();
+      out.ec = cancelled ? make_error_code(asio::error::operation_aborted) : make_error_code(beast::error::timeout);
+      out.retryable = !cancelled;
+      out.what = "resolving '" + host + (cancelled ? "' was cancelled" : "' timed out");
       co_return nullptr;
     }
-    if (found.index() == 1) {
-      out.ec = beast::error::timeout;
-      out.what = "resolving '" + host + "' timed out";
+    if (*lookup->ec) {
+      out.ec = *lookup->ec;
+      out.what = "cannot resolve '" + host + "': " + lookup->ec->message();
       co_return nullptr;
     }
-    for (const auto& e : std::get<0>(found)) endpoints.push_back(e.endpoint());
+    for (const auto& e : lookup->found) endpoints.push_back(e.endpoint());
   }
 
   auto conn = std::make_unique<Conn>();
@@ -669,6 +712,15 @@ awaitable<void> Client::exchange(Conn* conn, const Request* req, Attempt* out) {
 
 namespace {
 
+// True if an idle connection is still open with nothing to read: neither
+// closed by the server nor holding bytes no request asked for. (No handler
+// of an idle connection runs, so its socket may be probed from here.)
+bool quiet(Client::Conn& conn) {
+  char byte;
+  const ssize_t n = ::recv(conn.tcp().socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
 // Destroys a connection on its strand, after any of its handlers (a timeout
 // handler may be about to close the socket): never concurrently with them.
 void discard(std::unique_ptr<Client::Conn> conn) {
@@ -682,6 +734,7 @@ void discard(std::unique_ptr<Client::Conn> conn) {
 awaitable<Client::Attempt> Client::attempt(const Request* req_ptr, HostPool* pool_ptr) {
   const Request& req = *req_ptr;
   HostPool& pool = *pool_ptr;
+  unsigned sends = 0;
   for (int round = 0;; ++round) {
     Attempt out;
     std::unique_ptr<Conn> conn;
@@ -693,9 +746,13 @@ awaitable<Client::Attempt> Client::attempt(const Request* req_ptr, HostPool* poo
       for (auto& c : pool.idle)
         if (now - c->idle_since > options_.idle_keepalive) expired.push_back(std::move(c));
       std::erase(pool.idle, nullptr);
-      if (!pool.idle.empty()) {
+      // And those the server closed, or sent bytes on, since they were
+      // pooled (a stray CRLF, a body after a HEAD answer): the next answer
+      // read there would not be this request's.
+      while (!pool.idle.empty() && !conn) {
         conn = std::move(pool.idle.back());
         pool.idle.pop_back();
+        if (!quiet(*conn)) expired.push_back(std::move(conn));
       }
     }
     for (auto& c : expired) discard(std::move(c));
@@ -707,6 +764,7 @@ awaitable<Client::Attempt> Client::attempt(const Request* req_ptr, HostPool* poo
       if (!conn) co_return out;
     }
     ++attempts_;
+    out.sends = ++sends;
     if (reused) ++reused_;
     co_await co_spawn_safe(conn->tcp().get_executor(), exchange(conn.get(), &req, &out), use_awaitable);
     if (out.ec && reused && !out.got_response && out.ec != beast::error::timeout) {
@@ -745,6 +803,7 @@ awaitable<Response> Client::send_on_strand(Request request) {
   ++requests_;
   const auto pool = pool_for(request.origin);
   const unsigned max_attempts = options_.max_attempts;
+  unsigned sends = 0;
   for (unsigned n = 1;; ++n) {
     Attempt a;
     {
@@ -752,12 +811,14 @@ awaitable<Response> Client::send_on_strand(Request request) {
       SlotGuard guard{pool.get()};
       a = co_await attempt(&request, pool.get());
     }
+    sends += a.sends;
     std::chrono::milliseconds delay{};
     const std::string url = request.origin.str() + request.target;
     const std::string method(beast_http::to_string(request.method));
     if (!a.ec) {
       if (!retryable_status(a.response.status) || n >= max_attempts) {
         a.response.attempts = n;
+        a.response.resent = sends > 1;
         // The same bound as the coded body: a 200 answer to a range request
         // is held to max_full_body.
         const bool fallback = request.max_full_body && a.response.status == 200;

@@ -100,6 +100,10 @@ struct Response {
   beast_http::fields headers;
   Bytes body;
   unsigned attempts = 0;  // attempts this response took (1 = no retry)
+  // The request went out more than once (a retry, or a resend on a new
+  // connection after a pooled one failed): an earlier copy may have been
+  // carried out, its answer lost.
+  bool resent = false;
 
   // The header's value, or "" when absent.
   std::string header(std::string_view name) const;

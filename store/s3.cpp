@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <exception>
 #include <mutex>
+#include <set>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -175,7 +176,8 @@ ListPage parse_list(std::string_view doc) {
     std::size_t p = 0;
     if (auto k = xml_next(*common, "Prefix", p)) page.prefixes.push_back(xml_unescape(*k));
   }
-  if (xml_first(doc, "IsTruncated") == "true") page.next = xml_first(doc, "NextContinuationToken");
+  page.truncated = xml_first(doc, "IsTruncated") == "true";
+  if (page.truncated) page.next = xml_first(doc, "NextContinuationToken");
   return page;
 }
 
@@ -433,7 +435,7 @@ awaitable<ReadResult> S3Store::read(std::string key, ReadOptions options) {
   if (!range_value.empty()) req.max_full_body = d->options.max_full_body;
   http::Response r = co_await d->send(std::move(req));
   ReadResult result;
-  if (r.status == 412) {  // If-Match failed
+  if (r.status == 412 && !options.if_equal.unknown() && !options.if_equal.is_absent()) {  // If-Match failed
     result.changed = true;
     co_return result;
   }
@@ -476,6 +478,13 @@ awaitable<bool> S3Store::exists(std::string key) {
 static awaitable<std::string> content_md5(std::shared_ptr<S3Store::Impl> d, ByteSpan body) {
   if (body.size() < (256 << 10)) co_return sigv4::md5_base64(body);
   auto job = [body] { return sigv4::md5_base64(body); };
+  co_return co_await detail::run_on_pool(d->hasher.get_executor(), std::move(job));
+}
+
+// The hex MD5 of `body` (a PutObject's ETag), on the hashing threads when large.
+static awaitable<std::string> body_md5_hex(std::shared_ptr<S3Store::Impl> d, ByteSpan body) {
+  auto job = [body] { return sigv4::hex(sigv4::md5(body)); };
+  if (body.size() < (256 << 10)) co_return job();
   co_return co_await detail::run_on_pool(d->hasher.get_executor(), std::move(job));
 }
 
@@ -573,8 +582,20 @@ awaitable<std::optional<Generation>> S3Store::write(std::string key, std::option
     http::Request r_req = d->make(bh::verb::put, object, {}, std::move(headers), data, all, key, std::move(hash));
     http::Response r = co_await d->send(std::move(r_req));
     if (conditional && (r.status == 412 || (r.status == 409 && xml_first(as_text(r.body), "Code") ==
-                                                                    "ConditionalRequestConflict")))
+                                                                    "ConditionalRequestConflict"))) {
+      // A retry (after a reset or a timeout) may fail its condition
+      // against this very write, landed by an earlier attempt whose
+      // answer was lost: so a retried write whose bytes are there now
+      // (a PutObject's ETag is its body's MD5) landed.
+      if (r.resent) {
+        ReadOptions probe;
+        probe.range = ByteRange::from(0, 0);
+        const ReadResult now = co_await read(key, std::move(probe));
+        const std::string digest = co_await body_md5_hex(d, all);
+        if (now.generation.token == "\"" + digest + "\"") co_return now.generation;
+      }
       co_return std::nullopt;
+    }
     if (r.status != 200) d->fail(key, "PUT", object, r);
     co_return http::etag_generation(r);
   }
@@ -657,6 +678,7 @@ static awaitable<S3Store::Listing> list_objects(std::shared_ptr<S3Store::Impl> d
                                                 bool delimited) {
   S3Store::Listing out;
   std::string token;
+  std::set<std::string> tokens;  // every one given: a server that cycles is an error, not a hang
   const std::string full = d->base + prefix;
   for (int page_no = 0;; ++page_no) {
     sigv4::Pairs query{{"list-type", "2"},
@@ -675,8 +697,13 @@ static awaitable<S3Store::Listing> list_objects(std::shared_ptr<S3Store::Impl> d
       }
     for (auto& p : page.prefixes)
       if (p.starts_with(d->base)) out.prefixes.push_back(p.substr(d->base.size()));
-    if (page.next.empty()) break;
-    if (page.next == token)
+    if (!page.truncated) break;
+    // Without a new token the rest cannot be asked for: an error, never a
+    // listing cut short (a ListObjects v1 answer has NextMarker instead).
+    if (page.next.empty())
+      throw StoreError(prefix, "NextContinuationToken",
+                       "ListObjectsV2 " + d->url_of(full) + ": IsTruncated without a NextContinuationToken");
+    if (!tokens.insert(page.next).second)
       throw StoreError(prefix, "NextContinuationToken",
                        "ListObjectsV2 " + d->url_of(full) + ": the server repeated a continuation token");
     token = std::move(page.next);

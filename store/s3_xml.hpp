@@ -34,7 +34,8 @@ inline constexpr std::uint64_t kNoSize = ~std::uint64_t{0};
 struct ListPage {
   std::vector<std::string> keys, prefixes;
   std::vector<std::uint64_t> sizes;  // per key: its <Size> (kNoSize when absent or malformed)
-  std::string next;  // continuation token, "" at the end
+  bool truncated = false;  // <IsTruncated>true: more pages follow
+  std::string next;        // NextContinuationToken when truncated, "" when the server gave none
 };
 ListPage parse_list(std::string_view doc);
 

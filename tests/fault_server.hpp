@@ -58,6 +58,8 @@ enum class Fault {
   wrong_range,            // answer a range request with a range shifted by one byte
   status_500_after_forward,  // proxy: forward the request upstream, then answer 500
   reset_after_forward,       // proxy: forward the request upstream, then reset
+  interim_103,               // send a 103 Early Hints, then the answer
+  stray_bytes_after,         // answer, then a moment later send "\r\n" (or, after a HEAD, its body)
 };
 
 class FaultServer {
@@ -66,6 +68,7 @@ class FaultServer {
     std::string method, target, range;
     std::size_t connection = 0;  // 1-based connection number
     std::string accept_encoding;  // "<none>" when the request had none
+    std::string authorization;    // "<none>" when the request had none
   };
 
   FaultServer() : acceptor_(io_) {
@@ -116,7 +119,8 @@ class FaultServer {
     files_[path] = std::move(value);
   }
   // A fixed answer for `path` (status, extra headers, body), e.g. 410 or a
-  // redirect; never content-coded by set_content_encoding.
+  // redirect; never content-coded by set_content_encoding. `path` is the
+  // request target, or its path alone for any query.
   void answer(const std::string& path, unsigned status, std::vector<std::pair<std::string, std::string>> headers = {},
               std::string body = "") {
     std::lock_guard lock(mu_);
@@ -312,7 +316,9 @@ class FaultServer {
     std::optional<std::string> value;
     {
       std::lock_guard lock(mu_);
-      if (auto it = fixed_.find(target); it != fixed_.end()) {
+      auto it = fixed_.find(target);
+      if (it == fixed_.end()) it = fixed_.find(target.substr(0, target.find('?')));
+      if (it != fixed_.end()) {
         r.status = it->second.status;
         r.headers = it->second.headers;
         r.body = it->second.body;
@@ -430,8 +436,14 @@ class FaultServer {
       else sleep_for(600000);
       return false;
     }
+    if (fault == Fault::interim_103) head = "HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n" + head;
     head += body;
     boost::asio::write(s, boost::asio::buffer(head), ec);
+    if (fault == Fault::stray_bytes_after && !ec) {  // once the client has taken the answer
+      if (!sleep_for(50)) return false;
+      const std::string stray = r.head ? r.body : "\r\n";
+      boost::asio::write(s, boost::asio::buffer(stray), ec);
+    }
     return !ec && keep_alive && !drop_after_;
   }
 
@@ -454,9 +466,12 @@ class FaultServer {
       const Fault fault = next_fault(method);
       {
         std::lock_guard lock(mu_);
-        const auto ae = req.find(http::field::accept_encoding);
+        auto header = [&](http::field f) {
+          const auto it = req.find(f);
+          return it == req.end() ? std::string("<none>") : std::string(it->value());
+        };
         seen_.push_back({method, std::string(req.target()), std::string(req[http::field::range]), id,
-                         ae == req.end() ? std::string("<none>") : std::string(ae->value())});
+                         header(http::field::accept_encoding), header(http::field::authorization)});
       }
       const std::size_t now = ++in_flight_;
       std::size_t prev = max_in_flight_;

@@ -4,7 +4,9 @@
 // ignores or gets wrong, error statuses, resets, truncated bodies, stalls,
 // keep-alive, the per-host concurrency bound, and content codings a server
 // sends although the client asked for identity (case B39).
+#include <dlfcn.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/prctl.h>
@@ -12,11 +14,17 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/use_future.hpp>
 #include <catch2/catch.hpp>
 
 #include <nlohmann/json.hpp>
@@ -804,6 +812,176 @@ TEST_CASE("HttpStore: statuses, redirects, URLs", "[http][faults]") {
   }
   CHECK(HttpStore(io.get_executor(), "HTTP://Example.COM:80/a/").url() == "http://example.com/a");
   CHECK(HttpStore(io.get_executor(), "https://[::1]:8443").url() == "https://[::1]:8443");
+}
+
+// ---------------------------------------------------------------------------
+// Answers that once gave wrong data, errors or hangs (from a cold review of
+// the HTTP client); each test fails without its fix.
+
+TEST_CASE("HttpStore: a 200 that carries a Content-Range is an error, never sliced again (was: wrong data)",
+          "[http][faults][regression]") {
+  FaultServer server;
+  server.answer("/r", 200, {{"Content-Range", "bytes 2-4/10"}}, "234");  // a range labelled 200
+  HttpHarness h(server.url(), fast());
+  try {
+    h.get("r", ByteRange::from(2, 3));
+    FAIL("a 200 with a Content-Range was taken as the whole value");
+  } catch (const StoreError& e) {
+    CHECK(e.field() == "Content-Range");
+    CHECK(e.key() == "r");
+    CHECK_THAT(e.what(), Catch::Contains("bytes 2-4/10"));
+  }
+  server.put("/v", "0123456789");  // a whole value (no Content-Range) is still sliced
+  server.inject(Fault::ignore_range);
+  CHECK(h.text("v", ByteRange::from(2, 3)) == "234");
+}
+
+TEST_CASE("HttpStore: a 206 of unknown length must be the exact range; a suffix needs the length "
+          "(was: short ranges and a suffix of the first bytes taken)",
+          "[http][faults][regression]") {
+  FaultServer server;
+  server.answer("/short", 206, {{"Content-Range", "bytes 0-4/*"}}, "01234");
+  server.answer("/head", 206, {{"Content-Range", "bytes 0-2/*"}}, "012");
+  server.answer("/exact", 206, {{"Content-Range", "bytes 3-5/*"}}, "345");
+  HttpHarness h(server.url(), fast());
+  auto field_of = [&](const std::string& key, ByteRange r) {
+    try {
+      const auto v = h.get(key, r);
+      return "<value '" + std::string(reinterpret_cast<const char*>(v->data()), v->size()) + "'>";
+    } catch (const StoreError& e) {
+      return e.field() + ": " + e.what();
+    }
+  };
+  CHECK_THAT(field_of("short", ByteRange::from(0, 10)),
+             Catch::StartsWith("Content-Range") && Catch::Contains("less than requested"));
+  CHECK_THAT(field_of("head", ByteRange::last(3)),
+             Catch::StartsWith("Content-Range") && Catch::Contains("suffix answer without the value's length"));
+  CHECK(field_of("exact", ByteRange::from(3, 3)) == "<value '345'>");
+}
+
+TEST_CASE("HttpStore: a 412 to a read without a condition is an error (was: read as a missing key, so fill values)",
+          "[http][faults][regression]") {
+  FaultServer server;
+  server.answer("/k", 412, {}, "blocked by a proxy");
+  HttpHarness h(server.url(), fast());
+  try {
+    h.get("k");
+    FAIL("a 412 without a condition was a missing key");
+  } catch (const StoreError& e) {
+    CHECK(e.field() == "HTTP 412");
+  }
+  CHECK_THROWS_AS(h.read("k", Generation::absent()), StoreError);  // no If-Match was sent for absence either
+}
+
+TEST_CASE("HttpStore: a redirect to another origin drops the store's own headers; the same origin keeps them "
+          "(was: Authorization sent to any host)",
+          "[http][faults][regression]") {
+  FaultServer origin, other;
+  other.put("/k", "there");
+  origin.put("/here", "here");
+  origin.answer("/away", 302, {{"Location", other.url() + "/k"}});
+  origin.answer("/AWAY", 302, {{"Location", "HTTP://127.0.0.1:" + std::to_string(other.port()) + "/k"}});
+  origin.answer("/scheme-relative", 302, {{"Location", "//127.0.0.1:" + std::to_string(other.port()) + "/k"}});
+  origin.answer("/near", 302, {{"Location", "/here"}});
+  auto o = fast();
+  o.headers = {{"Authorization", "Bearer for-the-origin-only"}};
+  HttpHarness h(origin.url(), o);
+  for (const char* key : {"away", "AWAY", "scheme-relative"}) {
+    INFO(key);
+    other.clear_log();
+    CHECK(h.text(key) == "there");
+    REQUIRE(other.requests().size() == 1);
+    CHECK(other.requests()[0].authorization == "<none>");
+  }
+  CHECK(origin.requests().back().authorization == "Bearer for-the-origin-only");
+  origin.clear_log();
+  CHECK(h.text("near") == "here");
+  REQUIRE(origin.requests().size() == 2);
+  CHECK(origin.requests()[1].authorization == "Bearer for-the-origin-only");
+}
+
+TEST_CASE("HttpStore: interim 1xx answers are skipped (was: a 103 Early Hints failed the read)",
+          "[http][faults][regression]") {
+  FaultServer server;
+  server.put("/v", "value");
+  HttpHarness h(server.url(), fast(1));
+  server.inject(Fault::interim_103);
+  CHECK(h.text("v") == "value");
+  server.inject(Fault::interim_103);
+  CHECK(h.text("v", ByteRange::from(1, 3)) == "alu");
+  CHECK(h.text("v") == "value");  // the connection is still in step
+  CHECK(server.connections() == 1);
+}
+
+TEST_CASE("HttpStore: a pooled connection the server sent stray bytes on is not reused "
+          "(was: the next request failed with 'bad version')",
+          "[http][faults][regression]") {
+  FaultServer server;
+  server.put("/v", "value");
+  HttpHarness h(server.url(), fast(1));  // one attempt: a desynchronized connection would fail the read
+  for (const char* method : {"GET", "HEAD"}) {
+    INFO(method);
+    server.inject(Fault::stray_bytes_after, 1, method);  // a CRLF after a GET; the body after a HEAD
+    if (std::string(method) == "GET") CHECK(h.text("v") == "value");
+    else CHECK(h.exists("v"));
+    std::this_thread::sleep_for(scaled(300ms));  // the stray bytes arrive while the connection is idle
+    CHECK(h.text("v") == "value");
+  }
+  CHECK(server.connections() == 3);  // each connection with stray bytes was dropped
+}
+
+namespace {
+
+// Name lookups of kHangingHost block until the test lets them go (for the
+// test below); every other name resolves as usual.
+constexpr const char* kHangingHost = "hangs.zarrcoro.test";
+std::mutex lookup_mu;
+std::condition_variable lookup_cv;
+bool lookups_released = false;
+
+}  // namespace
+
+extern "C" int getaddrinfo(const char* node, const char* service, const struct addrinfo* hints,
+                           struct addrinfo** res) {
+  if (node && std::string_view(node) == kHangingHost) {
+    std::unique_lock lock(lookup_mu);
+    lookup_cv.wait_for(lock, std::chrono::seconds(120), [] { return lookups_released; });
+    return EAI_AGAIN;
+  }
+  using Fn = int (*)(const char*, const char*, const struct addrinfo*, struct addrinfo**);
+  static const auto next = reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, "getaddrinfo"));
+  return next(node, service, hints, res);
+}
+
+TEST_CASE("HttpStore: connect_timeout bounds a name lookup that hangs (was: the request waited for the lookup)",
+          "[http][faults][regression]") {
+  bool released_first = false;
+  {
+    // An io_context that runs on (a harness's run would wait for the lookup's work).
+    boost::asio::io_context io;
+    auto work = boost::asio::make_work_guard(io);
+    std::thread runner([&io] { io.run(); });
+    auto o = fast(1);
+    o.http.connect_timeout = scaled(300ms);
+    auto store = std::make_shared<HttpStore>(io.get_executor(), std::string("http://") + kHangingHost + ":8080", o);
+    auto got = boost::asio::co_spawn(io, store->get("k"), boost::asio::use_future);
+    try {
+      got.get();
+      FAIL("a lookup that never ends gave a value");
+    } catch (const StoreError& e) {
+      CHECK_THAT(e.what(), Catch::Contains("resolving 'hangs.zarrcoro.test' timed out"));
+    }
+    {
+      std::lock_guard lock(lookup_mu);
+      released_first = lookups_released;  // the request ended while the lookup still hung
+      lookups_released = true;
+    }
+    lookup_cv.notify_all();
+    store.reset();
+    work.reset();
+    runner.join();
+  }
+  CHECK_FALSE(released_first);
 }
 
 TEST_CASE("HttpStore: nothing listening fails after the attempts, quickly", "[http][faults]") {

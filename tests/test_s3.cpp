@@ -554,6 +554,20 @@ TEST_CASE("S3Store through a faulty proxy: retries succeed, data stays exact", "
     const auto got = mh.get("big");
     CHECK((got && *got == big));
   }
+  SECTION("a conditional write whose answer is lost reports that it landed (was: 'condition failed')") {
+    // The retry fails its condition against the write its first attempt landed.
+    proxy.inject(Fault::reset_after_forward, 1, "PUT");
+    const auto created = h.write("cond", "mine", Generation::absent());
+    REQUIRE(created.has_value());
+    CHECK(*created == h.read("cond").generation);
+    proxy.inject(Fault::reset_after_forward, 1, "PUT");
+    const auto replaced = h.write("cond", "mine again", *created);
+    REQUIRE(replaced.has_value());
+    CHECK(h.text("cond") == "mine again");
+    CHECK_FALSE(h.write("cond", "theirs", *created).has_value());  // a real conflict still fails
+    CHECK(h.text("cond") == "mine again");
+    CHECK(proxy.faults_left() == 0);
+  }
   SECTION("random faults on a workload never give wrong data") {
     std::mt19937 rng(7);
     const Fault faults[] = {Fault::status_500, Fault::status_503, Fault::reset_before_response,
@@ -594,6 +608,38 @@ TEST_CASE("S3Store through a faulty proxy: retries succeed, data stays exact", "
     proxy.set_default(Fault::none);
   }
   h.cleanup();
+}
+
+TEST_CASE("S3Store: a 412 to a read without a condition and a listing cut short without a token are errors "
+          "(was: a missing key; the first page only)",
+          "[s3][faults][regression]") {
+  FaultServer server;
+  server.answer("/bucket/blocked", 412, {}, "<Error><Code>PreconditionFailed</Code></Error>");
+  server.answer("/bucket", 200, {{"Content-Type", "application/xml"}},
+                "<?xml version=\"1.0\"?><ListBucketResult><IsTruncated>true</IsTruncated>"
+                "<Contents><Key>a</Key><Size>1</Size></Contents><NextMarker>a</NextMarker></ListBucketResult>");
+  S3Options o;
+  o.bucket = "bucket";
+  o.endpoint = server.url();
+  o.region = "us-east-1";
+  o.addressing = S3Addressing::path;
+  o.anonymous = true;
+  o.http.max_attempts = 1;
+  S3Harness h(o);
+  try {
+    h.get("blocked");
+    FAIL("a 412 without a condition was a missing key");
+  } catch (const StoreError& e) {
+    CHECK(e.key() == "blocked");
+    CHECK_THAT(e.what(), Catch::Contains("412"));
+  }
+  try {
+    h.list("");
+    FAIL("a truncated listing without a continuation token was taken as complete");
+  } catch (const StoreError& e) {
+    CHECK(e.field() == "NextContinuationToken");
+    CHECK_THAT(e.what(), Catch::Contains("IsTruncated without a NextContinuationToken"));
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -808,8 +854,9 @@ TEST_CASE("Group::members and create with overwrite on S3, with more keys than o
   // 2 listing pages of a/ (5 keys), 2 DeleteObjects (the metadata first,
   // then the 4 chunks), 1 PutObject: not one DeleteObject per key; and
   // first 2 GETs looking for a consolidated copy to update (the root's
-  // zarr.json, its .zmetadata).
-  CHECK(s3->stats().requests - before == 7);
+  // zarr.json, its .zmetadata), then 1 HEAD finding the parent group (the
+  // root's zarr.json).
+  CHECK(s3->stats().requests - before == 8);
   CHECK(run_on(rt, s3->list("a/")) == Strings{"a/zarr.json"});
   std::vector<std::int32_t> back(8, -1);
   a.read_blocking(Region::all(a.shape()), std::as_writable_bytes(std::span(back)));
