@@ -1645,6 +1645,7 @@ asio::awaitable<Array> Array::create(Runtime& rt, std::shared_ptr<Store> store, 
   auto st = make_state(rt, store, std::move(path), std::move(metadata));
   auto copies = co_await detail::check_consolidated(*store, st->path);
   co_await detail::prepare_create(*store, st->path, mode);
+  co_await detail::create_parents(*store, st->path, st->meta.zarr_format);
   co_await detail::store_array_metadata(*store, st->path, st->meta, mode == CreateMode::overwrite, std::move(copies));
   co_return Array(std::move(st));
 }

@@ -224,10 +224,8 @@ awaitable<Group> Group::create(Runtime& rt, std::shared_ptr<Store> store, std::s
   Bytes bytes = zarr_format == 2 ? detail::v2_json_bytes(doc) : detail::json_bytes(doc);
   auto copies = co_await detail::check_consolidated(*store, path);
   co_await detail::prepare_create(*store, path, mode);
-  if (zarr_format == 2) {
-    co_await detail::create_v2_parents(*store, path);
-    co_await detail::store_zattrs(*store, path, attributes);
-  }
+  co_await detail::create_parents(*store, path, zarr_format);
+  if (zarr_format == 2) co_await detail::store_zattrs(*store, path, attributes);
   co_await store->set(key, std::move(bytes));
   detail::NodeDocs docs{zarr_format, NodeType::group, doc,
                         zarr_format == 2 && !attributes.empty() ? attributes : nlohmann::json()};

@@ -61,10 +61,12 @@ awaitable<void> store_zattrs(Store& store, std::string path, nlohmann::json attr
 namespace {
 
 // Whether a node's document (.zgroup, .zarray or zarr.json) is stored under
-// `prefix` ("" for the root, else "a/b/").
-awaitable<bool> holds_node(Store& store, std::string prefix) {
-  static constexpr const char* kDocs[] = {".zgroup", ".zarray", "zarr.json"};
-  for (const char* doc : kDocs) {
+// `prefix` ("" for the root, else "a/b/"), asking first for the one of a
+// `zarr_format` group (the likely answer: one request).
+awaitable<bool> holds_node(Store& store, std::string prefix, int zarr_format) {
+  static constexpr const char* kV2First[] = {".zgroup", ".zarray", "zarr.json"};
+  static constexpr const char* kV3First[] = {"zarr.json", ".zgroup", ".zarray"};
+  for (const char* doc : zarr_format == 2 ? kV2First : kV3First) {
     const std::string key = prefix + doc;
     const bool there = co_await store.exists(key);
     if (there) co_return true;
@@ -74,17 +76,18 @@ awaitable<bool> holds_node(Store& store, std::string prefix) {
 
 }  // namespace
 
-awaitable<void> create_v2_parents(Store& store, std::string path) {
+awaitable<void> create_parents(Store& store, std::string path, int zarr_format) {
   std::vector<std::string> prefixes;  // the nearest parent first, the root last
   for (auto slash = path.rfind('/'); slash != std::string::npos && slash > 0; slash = path.rfind('/', slash - 1))
     prefixes.push_back(path.substr(0, slash) + "/");
   if (!path.empty()) prefixes.emplace_back();
-  const nlohmann::json zgroup = {{"zarr_format", 2}};
+  const nlohmann::json v2_group = {{"zarr_format", 2}};
+  const nlohmann::json v3_group = {{"zarr_format", 3}, {"node_type", "group"}, {"attributes", nlohmann::json::object()}};
   for (const std::string& prefix : prefixes) {
-    const bool there = co_await holds_node(store, prefix);
+    const bool there = co_await holds_node(store, prefix, zarr_format);
     if (there) continue;
-    std::string key = prefix + ".zgroup";
-    Bytes doc = v2_json_bytes(zgroup);
+    std::string key = prefix + (zarr_format == 2 ? ".zgroup" : "zarr.json");
+    Bytes doc = zarr_format == 2 ? v2_json_bytes(v2_group) : json_bytes(v3_group);
     co_await store.set(std::move(key), std::move(doc));
   }
 }
@@ -130,7 +133,6 @@ awaitable<void> store_array_metadata(Store& store, std::string path, ArrayMetada
     } catch (const Error& e) {
       throw_error(e.code(), node_prefix(path) + ".zattrs", e.field(), e.detail());
     }
-    co_await create_v2_parents(store, path);
     co_await store_zattrs(store, path, metadata.attributes);
     co_await store.set(key, std::move(zarray));
   } else {

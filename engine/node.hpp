@@ -19,10 +19,9 @@ std::string array_metadata_key(const std::string& path, int zarr_format);
 // `.zattrs`). Raises NotFound naming the v3 key if there is neither,
 // InvalidMetadata / UnsupportedError naming key and field otherwise.
 awaitable<ArrayMetadata> load_array_metadata(Store& store, std::string path);
-// Writes an array's metadata document(s) in metadata.zarr_format. v2:
-// `.zarray`, `.zattrs` (erased when there are no attributes), and a
-// `.zgroup` at every ancestor that holds no node yet (v2 spec, "Groups").
-// Then brings the consolidated copies of ancestor groups up to date
+// Writes an array's metadata document(s) in metadata.zarr_format (v2:
+// `.zarray`, and `.zattrs`, erased when there are no attributes). Then
+// brings the consolidated copies of ancestor groups up to date
 // `copies` (update_consolidated; `replaced`: the node replaced what was
 // under its path), which callers find with check_consolidated before they
 // change anything.
@@ -47,9 +46,12 @@ nlohmann::json parse_doc(const Bytes& doc, const std::string& key);
 // The `.zattrs` object of the node at `path`, or null when absent.
 awaitable<nlohmann::json> load_zattrs(Store& store, std::string path);
 awaitable<void> store_zattrs(Store& store, std::string path, nlohmann::json attributes);
-// Writes {"zarr_format": 2} as `.zgroup` at each ancestor of `path` (and
-// the root) that holds no `.zgroup`, `.zarray` or `zarr.json`.
-awaitable<void> create_v2_parents(Store& store, std::string path);
+// Writes a group document at each ancestor of `path` (and the root) that
+// holds no `.zgroup`, `.zarray` or `zarr.json`: {"zarr_format": 2} as
+// `.zgroup` (v2 spec, "Groups"), or a v3 group `zarr.json` without
+// attributes (as zarr-python 3 does: v3 has no implicit groups, and
+// consolidated copies nest each node under its parent's entry).
+awaitable<void> create_parents(Store& store, std::string path, int zarr_format);
 
 Bytes json_bytes(const nlohmann::json& j);     // strict JSON text (dump_json) as bytes
 Bytes v2_json_bytes(const nlohmann::json& j);  // the same, ASCII only (zarr-python 2 reads ASCII)

@@ -340,15 +340,36 @@ TEST_CASE("creating below a consolidated group adds the parent groups the copy l
   Group::open_blocking(v3.rt, v3.store, "").consolidate_blocking();
   v3.set("p/zarr.json", R"({"zarr_format": 3, "node_type": "group", "attributes": {"by": "another tool"}})");
   Array::create_blocking(v3.rt, v3.store, "p/x", meta(DataTypeKind::uint8, {2}));
-  Array::create_blocking(v3.rt, v3.store, "q/x", meta(DataTypeKind::uint8, {2}));  // q: implicit
+  Array::create_blocking(v3.rt, v3.store, "q/x", meta(DataTypeKind::uint8, {2}));  // writes q/zarr.json too
+  // Another tool's array below a group without a document (an implicit group):
+  v3.set("r/x/zarr.json", v3.doc("q/x/zarr.json").dump());
   const json metadata = v3.doc("zarr.json")["consolidated_metadata"]["metadata"];
   check_parents(metadata);
   CHECK(metadata["p"]["attributes"] == json{{"by", "another tool"}});
   CHECK(metadata.contains("p/x"));
-  CHECK_FALSE(metadata.contains("q/x"));
+  CHECK(metadata["q"]["node_type"] == "group");
+  CHECK(metadata.contains("q/x"));
   const json updated3 = v3.doc("zarr.json");
-  Group::open_blocking(v3.rt, v3.store, "").consolidate_blocking();  // the same: q/x left out there too
+  Group::open_blocking(v3.rt, v3.store, "").consolidate_blocking();  // the same: r/x left out there
   CHECK(v3.doc("zarr.json") == updated3);
+  CHECK_FALSE(updated3["consolidated_metadata"]["metadata"].contains("r/x"));
+}
+
+TEST_CASE("a v3 hierarchy made by create consolidates whole: create writes the parent groups "
+          "(was: nodes below parents without documents left out of the copy)",
+          "[regression]") {
+  Fixture f;
+  Group::create_blocking(f.rt, f.store, "runs/2024/jan");  // writes zarr.json at runs/2024, runs and the root
+  Array::create_blocking(f.rt, f.store, "runs/2024/jan/temp", meta(DataTypeKind::uint8, {4}));
+  CHECK(f.doc("runs/zarr.json") == json{{"zarr_format", 3}, {"node_type", "group"}, {"attributes", json::object()}});
+  Group::open_blocking(f.rt, f.store, "").consolidate_blocking();
+  Array::create_blocking(f.rt, f.store, "other/deep/arr", meta(DataTypeKind::uint8, {4}));  // after: the copy follows
+  const std::string all =
+      "other group v3; other/deep group v3; other/deep/arr array v3; runs group v3; runs/2024 group v3; "
+      "runs/2024/jan group v3; runs/2024/jan/temp array v3; ";
+  CHECK(show(Group::open_blocking(f.rt, f.store, "", Consolidated::require).members_blocking(true)) == all);
+  CHECK(show(Group::open_blocking(f.rt, f.store, "", Consolidated::ignore).members_blocking(true)) == all);
+  CHECK(Group::open_blocking(f.rt, f.store, "runs/2024").attributes() == json::object());
 }
 
 TEST_CASE("a deeper group's copy is updated too, relative to that group") {

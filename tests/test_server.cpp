@@ -1178,9 +1178,9 @@ TEST_CASE("server: bad, out-of-bounds and absurd regions are 4xx with a reason")
 
 TEST_CASE("server: info is the JSON of `zarrcoro info`") {
   TestServer s;
-  write_ints(s, "g/ints", {37, 23}, {8, 5});
-  Group::create_blocking(*s.rt, s.store, "g", {{"title", "a group"}});
   Group::create_blocking(*s.rt, s.store, "", {{"root", true}});
+  Group::create_blocking(*s.rt, s.store, "g", {{"title", "a group"}});
+  write_ints(s, "g/ints", {37, 23}, {8, 5});
   fs::create_directories(s.root() / "g" / "not_a_node");
   auto expect = [&](const std::string& path, bool stats = false) {
     std::vector<std::string> children;
@@ -1219,8 +1219,8 @@ TEST_CASE("server: a browsable hierarchy: HTML pages at / and each group, member
           "an info link only where there is a node") {
   TestServer s;
   Group::create_blocking(*s.rt, s.store, "", {{"root", true}});
-  write_ints(s, "g/ints", {4, 3}, {2, 3});
   Group::create_blocking(*s.rt, s.store, "g", {{"title", "a <group>"}});
+  write_ints(s, "g/ints", {4, 3}, {2, 3});
   Group::create_blocking(*s.rt, s.store, "v2", nlohmann::json{{"k", 1}}, 2);
   ArrayMetadata m;
   m.zarr_format = 2;
@@ -1289,8 +1289,8 @@ TEST_CASE("server: a browsable hierarchy: HTML pages at / and each group, member
 TEST_CASE("server: the slice viewer: its page for arrays, its files from memory, a 404 page for anything else") {
   TestServer s;
   Group::create_blocking(*s.rt, s.store, "", {});
-  write_ints(s, "g/ints", {4, 3}, {2, 3});
   Group::create_blocking(*s.rt, s.store, "g", {});
+  write_ints(s, "g/ints", {4, 3}, {2, 3});
   write_ints(s, "a <b>&", {2, 2}, {2, 2});
 
   // An array: the viewer's page (the same for every array), which loads only the server's files.

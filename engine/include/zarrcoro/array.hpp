@@ -141,10 +141,14 @@ class Array {
   // UnsupportedError if it cannot be used (both naming key and field).
   static awaitable<Array> open(Runtime& rt, std::shared_ptr<Store> store, std::string path);
   // Writes `metadata` (validated first, before the store is touched) and
-  // returns the array. Where a node exists at `path` (array or group, v2 or
-  // v3): AlreadyExists by default; CreateMode::overwrite removes it and
-  // everything under it first (see CreateMode). Also raises InvalidMetadata /
-  // UnsupportedError for metadata it cannot use, StoreError.
+  // returns the array. Each ancestor of `path` (and the root) that holds no
+  // node yet gets a group document without attributes in the array's
+  // format (v3 `zarr.json`, v2 `.zgroup`), as zarr-python 3 writes them: a
+  // v3 hierarchy has no implicit groups. Where a node exists at `path`
+  // (array or group, v2 or v3): AlreadyExists by default;
+  // CreateMode::overwrite removes it and everything under it first (see
+  // CreateMode). Also raises InvalidMetadata / UnsupportedError for
+  // metadata it cannot use, StoreError.
   static awaitable<Array> create(Runtime& rt, std::shared_ptr<Store> store, std::string path,
                                  ArrayMetadata metadata, CreateMode mode = CreateMode::fail_if_exists);
   static Array open_blocking(Runtime& rt, std::shared_ptr<Store> store, std::string path);
@@ -368,8 +372,11 @@ enum class Consolidated {
 // hierarchy as it was when the copy was last written. zarrcoro keeps the
 // copies it finds up to date: creating a node and resizing an array also
 // replace that node's entry (an overwrite drops the entries below it) in
-// every consolidated copy held by an ancestor group, adding missing parent
-// groups, with a write conditional on the copy's generation (retried).
+// every consolidated copy held by an ancestor group, adding the parent
+// groups the copy lacks, with a write conditional on the copy's generation
+// (retried). A v3 copy leaves out nodes below a group without a document
+// (an implicit group, as other tools may leave): v3 readers nest each
+// entry under its parent's.
 // A copy that could not take the change (not JSON; other entries that are
 // not strict JSON) refuses the operation before anything is written.
 // Other writers may not keep copies up to date: Group::consolidate writes
@@ -389,8 +396,10 @@ class Group {
   // when there is none.
   static awaitable<Group> open(Runtime& rt, std::shared_ptr<Store> store, std::string path,
                                Consolidated consolidated = Consolidated::use_if_present);
-  // zarr_format 2 writes `.zgroup`, `.zattrs` (when there are attributes)
-  // and a `.zgroup` at each ancestor holding no node yet (v2 spec, "Groups").
+  // zarr_format 2 writes `.zgroup` and `.zattrs` (when there are
+  // attributes), zarr_format 3 `zarr.json`; each ancestor holding no node
+  // yet gets a group document as Array::create writes them (so a group
+  // created after its children exists already: AlreadyExists).
   // Where a node exists at `path`: AlreadyExists, or with
   // CreateMode::overwrite, removed first with everything under it (see
   // CreateMode). InvalidArgument for attributes that are not an object or a
