@@ -145,7 +145,7 @@ std::vector<std::uint64_t> parse_list(const std::string& text, const std::string
 }
 
 const char* const kCodecForms =
-    "zstd[:LEVEL], gzip[:LEVEL], blosc[:CNAME[:CLEVEL[:SHUFFLE]]], zlib[:LEVEL] (v2), lz4[:ACCELERATION] (v2) or none";
+    "zstd[:LEVEL], gzip[:LEVEL], blosc[:CNAME[:CLEVEL[:SHUFFLE]]], zlib[:LEVEL], lz4[:ACCELERATION] or none";
 
 std::optional<nlohmann::json> parse_codec(const std::string& spec, std::size_t typesize) {
   std::vector<std::string> parts;
@@ -177,13 +177,17 @@ std::optional<nlohmann::json> parse_codec(const std::string& spec, std::size_t t
     at_most(2);
     return nlohmann::json{{"name", "zstd"}, {"configuration", {{"level", number(1, "level", 3, -131072, 22)}, {"checksum", false}}}};
   }
+  // zlib and lz4 under their v3 names (numcodecs.*, as zarr-python 3 writes
+  // them); a v2 array stores them as the compressors "zlib" and "lz4".
   if (name == "gzip" || name == "zlib") {
     at_most(2);
-    return nlohmann::json{{"name", name}, {"configuration", {{"level", number(1, "level", name == "gzip" ? 5 : 1, 0, 9)}}}};
+    return nlohmann::json{{"name", name == "gzip" ? "gzip" : "numcodecs.zlib"},
+                          {"configuration", {{"level", number(1, "level", name == "gzip" ? 5 : 1, 0, 9)}}}};
   }
   if (name == "lz4") {
     at_most(2);
-    return nlohmann::json{{"name", "lz4"}, {"configuration", {{"acceleration", number(1, "acceleration", 1, 1, 65537)}}}};
+    return nlohmann::json{{"name", "numcodecs.lz4"},
+                          {"configuration", {{"acceleration", number(1, "acceleration", 1, 1, 65537)}}}};
   }
   if (name == "blosc") {
     at_most(4);

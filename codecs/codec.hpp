@@ -103,12 +103,13 @@ std::unique_ptr<BytesToBytesCodec> make_crc32c_codec(const nlohmann::json& confi
 // sharding_indexed needs the shard's representation to prepare its inner pipelines.
 std::unique_ptr<ArrayToBytesCodec> make_sharding_codec(const nlohmann::json& config, const ArraySpec& shard);
 std::unique_ptr<BytesToBytesCodec> make_blosc_codec(const nlohmann::json& config);
-// Zarr v2 compressors that are not v3 codecs: zlib (RFC 1950) framing,
-// {"level": -1..9}, and numcodecs lz4 (size header + LZ4 block),
-// {"acceleration": n}. The registry lists them so that the v2 adapter
-// (codecs/v2.hpp) can run them; v3 metadata naming them is rejected.
-std::unique_ptr<BytesToBytesCodec> make_zlib_codec(const nlohmann::json& config);
-std::unique_ptr<BytesToBytesCodec> make_lz4_codec(const nlohmann::json& config);
+// numcodecs compressors that are not Zarr v3 core codecs: zlib (RFC 1950
+// framing), {"level": -1..9}, and lz4 (size header + LZ4 block),
+// {"acceleration": n}. Named "zlib" and "lz4" for the v2 adapter
+// (codecs/v2.hpp), "numcodecs.zlib" and "numcodecs.lz4" in v3 metadata
+// (zarr-python 3's names); `name` is the one the codec reports and writes.
+std::unique_ptr<BytesToBytesCodec> make_zlib_codec(const nlohmann::json& config, std::string_view name = "zlib");
+std::unique_ptr<BytesToBytesCodec> make_lz4_codec(const nlohmann::json& config, std::string_view name = "lz4");
 
 // CRC-32C (Castagnoli) of `data`, as used by the crc32c codec and shard indexes.
 std::uint32_t crc32c(ByteSpan data, std::uint32_t seed = 0);

@@ -177,11 +177,11 @@ std::size_t inflate_all(Framing f, ByteSpan in, Sink& sink) {
 
 class DeflateCodec final : public BytesToBytesCodec {
  public:
-  DeflateCodec(Framing f, int level) : f_(f), level_(level) {}
+  DeflateCodec(Framing f, int level, std::string_view name) : f_(f), level_(level), name_(name) {}
 
-  std::string name() const override { return codec_name(f_); }
+  std::string name() const override { return name_; }
   nlohmann::json to_json() const override {
-    return {{"name", name()}, {"configuration", {{"level", level_}}}};
+    return {{"name", name_}, {"configuration", {{"level", level_}}}};
   }
 
   void encode(ByteSpan in, Bytes& out) const override { deflate_all(f_, level_, in, out); }
@@ -212,10 +212,12 @@ class DeflateCodec final : public BytesToBytesCodec {
  private:
   Framing f_;
   int level_;
+  std::string name_;
 };
 
-std::unique_ptr<BytesToBytesCodec> make(Framing f, const nlohmann::json& config, int min_level) {
-  const std::string name = codec_name(f);
+std::unique_ptr<BytesToBytesCodec> make(Framing f, const nlohmann::json& config, int min_level,
+                                        std::string_view registered) {
+  const std::string name(registered);
   if (!config.is_object() || !config.contains("level"))
     throw InvalidMetadata("", "level", name + ": configuration with \"level\" is required");
   for (const auto& [key, value] : config.items())
@@ -226,17 +228,17 @@ std::unique_ptr<BytesToBytesCodec> make(Framing f, const nlohmann::json& config,
     throw InvalidMetadata("", "level",
                           name + ": level must be an integer " + std::to_string(min_level) +
                               "..9, got " + l.dump());
-  return std::make_unique<DeflateCodec>(f, l.get<int>());
+  return std::make_unique<DeflateCodec>(f, l.get<int>(), registered);
 }
 
 }  // namespace
 
 std::unique_ptr<BytesToBytesCodec> make_gzip_codec(const nlohmann::json& config) {
-  return make(Framing::gzip, config, 0);
+  return make(Framing::gzip, config, 0, "gzip");
 }
 
-std::unique_ptr<BytesToBytesCodec> make_zlib_codec(const nlohmann::json& config) {
-  return make(Framing::zlib, config, -1);
+std::unique_ptr<BytesToBytesCodec> make_zlib_codec(const nlohmann::json& config, std::string_view name) {
+  return make(Framing::zlib, config, -1, name);
 }
 
 }  // namespace zarrcoro::codecs

@@ -20,11 +20,11 @@ namespace {
 
 class Lz4Codec final : public BytesToBytesCodec {
  public:
-  explicit Lz4Codec(int acceleration) : acceleration_(acceleration) {}
+  Lz4Codec(int acceleration, std::string_view name) : acceleration_(acceleration), name_(name) {}
 
-  std::string name() const override { return "lz4"; }
+  std::string name() const override { return name_; }
   nlohmann::json to_json() const override {
-    return {{"name", "lz4"}, {"configuration", {{"acceleration", acceleration_}}}};
+    return {{"name", name_}, {"configuration", {{"acceleration", acceleration_}}}};
   }
 
   void encode(ByteSpan in, Bytes& out) const override {
@@ -74,11 +74,12 @@ class Lz4Codec final : public BytesToBytesCodec {
   }
 
   int acceleration_;
+  std::string name_;
 };
 
 }  // namespace
 
-std::unique_ptr<BytesToBytesCodec> make_lz4_codec(const nlohmann::json& config) {
+std::unique_ptr<BytesToBytesCodec> make_lz4_codec(const nlohmann::json& config, std::string_view name) {
   int acceleration = 1;
   if (!config.is_null() && !config.is_object())
     throw InvalidMetadata("", "", "lz4: configuration must be a JSON object");
@@ -89,7 +90,7 @@ std::unique_ptr<BytesToBytesCodec> make_lz4_codec(const nlohmann::json& config) 
         throw InvalidMetadata("", "acceleration", "lz4: acceleration must be an integer >= 1, got " + v.dump());
       acceleration = v.get<int>();
     }
-  return std::make_unique<Lz4Codec>(acceleration);
+  return std::make_unique<Lz4Codec>(acceleration, name);
 }
 
 }  // namespace zarrcoro::codecs

@@ -54,8 +54,12 @@ const Registered kRegistry[] = {
     {"blosc", Kind::b2b, nullptr, nullptr, make_blosc_codec},
     // Zarr v2 compressors run through the v2 adapter (codecs/v2.hpp); v3
     // metadata naming them is rejected by ArrayMetadata::validate.
-    {"zlib", Kind::b2b, nullptr, nullptr, make_zlib_codec},
-    {"lz4", Kind::b2b, nullptr, nullptr, make_lz4_codec},
+    {"zlib", Kind::b2b, nullptr, nullptr, [](const json& c) { return make_zlib_codec(c); }},
+    {"lz4", Kind::b2b, nullptr, nullptr, [](const json& c) { return make_lz4_codec(c); }},
+    // The same numcodecs codecs under the names zarr-python 3 writes them
+    // with in v3 metadata (configuration {"level"}, {"acceleration"}).
+    {"numcodecs.zlib", Kind::b2b, nullptr, nullptr, [](const json& c) { return make_zlib_codec(c, "numcodecs.zlib"); }},
+    {"numcodecs.lz4", Kind::b2b, nullptr, nullptr, [](const json& c) { return make_lz4_codec(c, "numcodecs.lz4"); }},
 };
 
 const Registered* find_codec(std::string_view name) {

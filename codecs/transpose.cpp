@@ -239,7 +239,7 @@ class TransposeCodec final : public ArrayToArrayCodec {
 
   ArraySpec encoded_spec(const ArraySpec& decoded) const override {
     const auto order = resolve(decoded.shape.size());
-    ArraySpec enc{decoded.dtype, std::vector<std::uint64_t>(order.size())};
+    ArraySpec enc{decoded.dtype, std::vector<std::uint64_t>(order.size()), decoded.fill};
     for (std::size_t i = 0; i < order.size(); ++i) enc.shape[i] = decoded.shape[order[i]];
     return enc;
   }

@@ -56,7 +56,7 @@ json v2_to_v3_codec(const json& v2, std::size_t itemsize) {
   std::unique_ptr<BytesToBytesCodec> (*make)(const json&) = nullptr;
   if (id == "zlib") {
     config = members(v2, id, {{"level", 1}}, {"level"});
-    make = make_zlib_codec;
+    make = [](const json& c) { return make_zlib_codec(c); };
   } else if (id == "gzip") {
     config = members(v2, id, {{"level", 1}}, {"level"});
     make = make_gzip_codec;
@@ -68,7 +68,7 @@ json v2_to_v3_codec(const json& v2, std::size_t itemsize) {
     make = make_blosc_codec;
   } else if (id == "lz4") {
     config = members(v2, id, {{"acceleration", 1}}, {"acceleration"});
-    make = make_lz4_codec;
+    make = [](const json& c) { return make_lz4_codec(c); };
   } else {
     throw UnsupportedError("", "id", "unsupported codec '" + id + "'");
   }
@@ -77,7 +77,8 @@ json v2_to_v3_codec(const json& v2, std::size_t itemsize) {
 }
 
 json v3_to_v2_codec(const json& v3) {
-  const std::string name = v3.is_object() ? v3.value("name", "") : v3.is_string() ? v3.get<std::string>() : "";
+  std::string name = v3.is_object() ? v3.value("name", "") : v3.is_string() ? v3.get<std::string>() : "";
+  if (name == "numcodecs.zlib" || name == "numcodecs.lz4") name = name.substr(10);  // v3's names for them
   const json c = v3.is_object() ? v3.value("configuration", json::object()) : json::object();
   if (name == "zlib" || name == "gzip") return {{"id", name}, {"level", c.value("level", 1)}};
   if (name == "zstd") {

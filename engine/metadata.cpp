@@ -627,7 +627,8 @@ void ArrayMetadata::validate(const std::string& key) const {
     const std::string name = c.is_object() ? c.value("name", "") : c.is_string() ? c.get<std::string>() : "";
     if (name == "zlib" || name == "lz4")
       throw UnsupportedError(key, "codecs[" + std::to_string(i) + "]",
-                             "unsupported codec '" + name + "' (a Zarr v2 compressor, not a Zarr v3 codec)");
+                             "unsupported codec '" + name + "' (a Zarr v2 compressor; in Zarr v3 it is 'numcodecs." +
+                                 name + "')");
     if (name == "bytes" && declared != 0 && c.is_object() && c.contains("configuration")) {
       const json endian = c["configuration"].value("endian", json());
       const std::string want = declared == 1 ? "little" : "big";

@@ -62,6 +62,9 @@ const char* kComputeChains[] = {
     R"([{"name":"bytes","configuration":{"endian":"little"}},{"name":"crc32c"}])",
     R"([{"name":"transpose","configuration":{"order":[1,0]}},{"name":"bytes","configuration":{"endian":"little"}}])",
     R"([{"name":"bytes","configuration":{"endian":"big"}}])",
+    // numcodecs codecs as zarr-python 3 names them in v3 metadata
+    R"([{"name":"bytes","configuration":{"endian":"little"}},{"name":"numcodecs.zlib","configuration":{"level":8}}])",
+    R"([{"name":"bytes","configuration":{"endian":"little"}},{"name":"numcodecs.lz4","configuration":{"acceleration":1}}])",
 };
 
 std::vector<std::int32_t> iota_vec(std::size_t n, std::int32_t start = 1) {
