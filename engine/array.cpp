@@ -90,6 +90,15 @@ std::uint64_t Region::num_elements() const {
   return *n;
 }
 
+namespace {
+// `s` without the blanks around it (" 1:3 " is "1:3").
+std::string_view trimmed(std::string_view s) {
+  const auto first = s.find_first_not_of(" \t");
+  if (first == std::string_view::npos) return {};
+  return s.substr(first, s.find_last_not_of(" \t") - first + 1);
+}
+}  // namespace
+
 Region Region::parse(const std::string& text, const std::vector<std::uint64_t>& shape) {
   Region r = all(shape);
   if (text.empty()) return r;
@@ -106,6 +115,7 @@ Region Region::parse(const std::string& text, const std::vector<std::uint64_t>& 
                           "'" + text + "' has " + std::to_string(dims.size()) +
                               " dimensions, the array has " + std::to_string(shape.size()));
   auto num = [&](std::string_view s, std::uint64_t dflt) {
+    s = trimmed(s);
     if (s.empty()) return dflt;
     std::uint64_t v = 0;
     auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
@@ -116,7 +126,7 @@ Region Region::parse(const std::string& text, const std::vector<std::uint64_t>& 
     return v;
   };
   for (std::size_t d = 0; d < dims.size(); ++d) {
-    const std::string_view s = dims[d];
+    const std::string_view s = trimmed(dims[d]);
     const auto colon = s.find(':');
     if (s.empty()) continue;  // the whole dimension (shared/cases B43)
     if (colon == std::string_view::npos) {
@@ -1366,31 +1376,34 @@ class WriteOp final : public ChunkOp {
   std::vector<Task, detail::CachedAllocator<Task>> tasks_;
 };
 
-// Raises InvalidArgument unless `r` lies within the array and (when given)
-// `buffer_bytes` is its exact size.
-void check_region(const ArrayMetadata& m, const Region& r, std::optional<std::size_t> buffer_bytes) {
+// Raises InvalidArgument naming the array's metadata key unless `r` lies
+// within the array and (when given) `buffer_bytes` is its exact size.
+void check_region(const Array::State& st, const Region& r, std::optional<std::size_t> buffer_bytes) {
+  const ArrayMetadata& m = st.meta;
+  auto bad = [&](const char* field, const std::string& why) {
+    throw InvalidArgument(detail::array_metadata_key(st.path, m.zarr_format), field, why);
+  };
   if (r.start.size() != m.rank() || r.stop.size() != m.rank())
-    throw InvalidArgument("", "region", "rank does not match the array's rank " + std::to_string(m.rank()));
-  for (std::size_t d = 0; d < m.rank(); ++d)
-    if (r.start[d] > r.stop[d] || r.stop[d] > m.shape[d])
-      throw InvalidArgument("", "region",
-                            "[" + std::to_string(r.start[d]) + ", " + std::to_string(r.stop[d]) +
-                                ") is outside [0, " + std::to_string(m.shape[d]) + ") in dimension " +
-                                std::to_string(d));
+    bad("region", "rank " + std::to_string(r.start.size()) + " does not match the array's rank " +
+                      std::to_string(m.rank()));
+  for (std::size_t d = 0; d < m.rank(); ++d) {
+    const std::string box = "[" + std::to_string(r.start[d]) + ", " + std::to_string(r.stop[d]) + ")";
+    if (r.start[d] > r.stop[d]) bad("region", box + " stops before it starts in dimension " + std::to_string(d));
+    if (r.stop[d] > m.shape[d])
+      bad("region", box + " is outside [0, " + std::to_string(m.shape[d]) + ") in dimension " + std::to_string(d));
+  }
   const auto bytes = checked_mul(r.num_elements(), m.data_type.size());
-  if (!bytes) throw InvalidArgument("", "region", "needs more bytes than fit in 64 bits");
+  if (!bytes) bad("region", "needs more bytes than fit in 64 bits");
   const std::uint64_t need = *bytes;
   if (buffer_bytes && *buffer_bytes != need)
-    throw InvalidArgument("", "buffer",
-                          "is " + std::to_string(*buffer_bytes) + " bytes, the region needs " +
-                              std::to_string(need));
+    bad("buffer", "is " + std::to_string(*buffer_bytes) + " bytes, the region needs " + std::to_string(need));
 }
 
 // The op reading or writing `region` of `buf`; null when the region is empty.
 template <class Op, class Buffer, class... Extra>
 std::shared_ptr<Op> make_op(const std::shared_ptr<const Array::State>& st, const Region& region, Buffer buf,
                             Extra... extra) {
-  check_region(st->meta, region, buf.size());
+  check_region(*st, region, buf.size());
   auto parts = detail::plan_chunks(st->meta.shape, st->meta.chunk_shape, region);
   if (parts.empty()) return nullptr;
   return std::make_shared<Op>(st, std::move(parts), region, buf, extra...);
@@ -1526,7 +1539,7 @@ struct StringsRead {
 };
 StringsRead strings_read(const Array::State& st, const Region& region) {
   check_variable_length(st);
-  check_region(st.meta, region, std::nullopt);
+  check_region(st, region, std::nullopt);
   const std::uint64_t n = region.num_elements();
   return {Bytes(n * sizeof(codecs::VlenView)), std::vector<std::string>(n)};
 }
@@ -1536,7 +1549,7 @@ StringsRead strings_read(const Array::State& st, const Region& region) {
 // the pool.
 Bytes string_views(const Array::State& st, const Region& region, std::span<const std::string> in) {
   check_variable_length(st);
-  check_region(st.meta, region, std::nullopt);
+  check_region(st, region, std::nullopt);
   if (in.size() != region.num_elements())
     throw InvalidArgument("", "buffer",
                           "holds " + std::to_string(in.size()) + " strings, the region " +
@@ -1565,7 +1578,7 @@ asio::awaitable<void> write_strings_op(std::shared_ptr<const Array::State> st, R
 // its elements (checked before anything is sized).
 NdArray sized_result(const Array::State& st, const Region& region) {
   check_fixed_size(st, "read_strings");
-  check_region(st.meta, region, std::nullopt);
+  check_region(st, region, std::nullopt);
   NdArray a{st.meta.data_type, region.shape(), {}};
   a.data.resize(region.num_elements() * st.meta.data_type.size());
   return a;
@@ -1659,13 +1672,19 @@ Array Array::create_blocking(Runtime& rt, std::shared_ptr<Store> store, std::str
   return detail::wait(rt, create(rt, std::move(store), std::move(path), std::move(metadata), mode));
 }
 
-const ArrayMetadata& Array::metadata() const { return state_->meta; }
-const std::string& Array::path() const { return state_->path; }
-const std::shared_ptr<Store>& Array::store() const { return state_->store; }
-std::string Array::chunk_key(std::span<const std::uint64_t> coords) const { return state_->chunk_key(coords); }
-std::string Array::describe_codecs() const { return state_->pipeline->describe(); }
+const std::shared_ptr<const Array::State>& Array::state() const {
+  if (!state_)
+    throw InvalidArgument("", "", "an empty Array handle (default-constructed): assign it from open() or create()");
+  return state_;
+}
 
-asio::any_io_executor Array::get_executor() const { return state_->rt->io_executor(); }
+const ArrayMetadata& Array::metadata() const { return state()->meta; }
+const std::string& Array::path() const { return state()->path; }
+const std::shared_ptr<Store>& Array::store() const { return state()->store; }
+std::string Array::chunk_key(std::span<const std::uint64_t> coords) const { return state()->chunk_key(coords); }
+std::string Array::describe_codecs() const { return state()->pipeline->describe(); }
+
+asio::any_io_executor Array::get_executor() const { return state()->rt->io_executor(); }
 asio::any_io_executor Array::executor_of(Runtime& rt) { return rt.io_executor(); }
 
 namespace {
@@ -1758,50 +1777,50 @@ asio::awaitable<Array> Array::adopt(asio::awaitable<std::shared_ptr<const State>
 }
 
 asio::awaitable<Array> Array::resize(std::vector<std::uint64_t> shape) const {
-  return adopt(resize_array(state_, std::move(shape)));
+  return adopt(resize_array(state(), std::move(shape)));
 }
 
 asio::awaitable<Array> Array::append(ByteSpan data, std::vector<std::uint64_t> data_shape, std::size_t axis) const {
-  return adopt(append_array(state_, data, std::move(data_shape), axis));
+  return adopt(append_array(state(), data, std::move(data_shape), axis));
 }
 
 Array Array::resize_blocking(std::vector<std::uint64_t> shape) const {
-  return detail::wait(*state_->rt, resize(std::move(shape)));
+  return detail::wait(*state()->rt, resize(std::move(shape)));
 }
 
 Array Array::append_blocking(ByteSpan data, std::vector<std::uint64_t> data_shape, std::size_t axis) const {
-  return detail::wait(*state_->rt, append(data, std::move(data_shape), axis));
+  return detail::wait(*state()->rt, append(data, std::move(data_shape), axis));
 }
 
 asio::awaitable<void> Array::read(Region region, MutableByteSpan out) const {
-  return read_raw(state_, std::move(region), out);
+  return read_raw(state(), std::move(region), out);
 }
 
-asio::awaitable<NdArray> Array::read(Region region) const { return read_owned(state_, std::move(region)); }
+asio::awaitable<NdArray> Array::read(Region region) const { return read_owned(state(), std::move(region)); }
 
 asio::awaitable<void> Array::write(Region region, ByteSpan in) const {
-  return write_raw(state_, std::move(region), in);
+  return write_raw(state(), std::move(region), in);
 }
 
 asio::awaitable<std::vector<std::string>> Array::read_strings(Region region) const {
-  return read_strings_op(state_, std::move(region));
+  return read_strings_op(state(), std::move(region));
 }
 
 asio::awaitable<void> Array::write_strings(Region region, std::span<const std::string> in) const {
-  return write_strings_op(state_, std::move(region), in);
+  return write_strings_op(state(), std::move(region), in);
 }
 
 std::vector<std::string> Array::read_strings_blocking(const Region& region) const {
-  detail::refuse_runtime_thread(*state_->rt);
-  auto r = strings_read(*state_, region);
-  wait_op(make_op<ReadOp>(state_, region, MutableByteSpan(r.views), &r.out));
+  detail::refuse_runtime_thread(*state()->rt);
+  auto r = strings_read(*state(), region);
+  wait_op(make_op<ReadOp>(state(), region, MutableByteSpan(r.views), &r.out));
   return std::move(r.out);
 }
 
 void Array::write_strings_blocking(const Region& region, std::span<const std::string> in) const {
-  detail::refuse_runtime_thread(*state_->rt);
-  const Bytes views = string_views(*state_, region, in);
-  wait_op(make_op<WriteOp>(state_, region, ByteSpan(views)));
+  detail::refuse_runtime_thread(*state()->rt);
+  const Bytes views = string_views(*state(), region, in);
+  wait_op(make_op<WriteOp>(state(), region, ByteSpan(views)));
 }
 
 void Array::start_read(std::shared_ptr<const State> st, Region region, MutableByteSpan out,
@@ -1831,20 +1850,20 @@ void Array::start_read_owned(std::shared_ptr<const State> st, Region region, det
 }
 
 void Array::read_blocking(const Region& region, MutableByteSpan out) const {
-  detail::refuse_runtime_thread(*state_->rt);
-  wait_op(make_fixed_size_op<ReadOp>(state_, region, out));
+  detail::refuse_runtime_thread(*state()->rt);
+  wait_op(make_fixed_size_op<ReadOp>(state(), region, out));
 }
 
 NdArray Array::read_blocking(const Region& region) const {
-  detail::refuse_runtime_thread(*state_->rt);
-  NdArray a = sized_result(*state_, region);
-  wait_op(make_op<ReadOp>(state_, region, MutableByteSpan(a.data)));
+  detail::refuse_runtime_thread(*state()->rt);
+  NdArray a = sized_result(*state(), region);
+  wait_op(make_op<ReadOp>(state(), region, MutableByteSpan(a.data)));
   return a;
 }
 
 void Array::write_blocking(const Region& region, ByteSpan in) const {
-  detail::refuse_runtime_thread(*state_->rt);
-  wait_op(make_fixed_size_op<WriteOp>(state_, region, in));
+  detail::refuse_runtime_thread(*state()->rt);
+  wait_op(make_fixed_size_op<WriteOp>(state(), region, in));
 }
 
 }  // namespace zarrcoro

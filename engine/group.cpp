@@ -245,12 +245,18 @@ Group Group::create_blocking(Runtime& rt, std::shared_ptr<Store> store, std::str
   return detail::wait(rt, create(rt, std::move(store), std::move(path), std::move(attributes), zarr_format, mode));
 }
 
+Runtime& Group::runtime() const {
+  if (!rt_) throw InvalidArgument("", "", "an empty Group handle (default-constructed): assign it from open() or create()");
+  return *rt_;
+}
+
 awaitable<std::vector<NodeEntry>> Group::members(bool recursive) const {
+  (void)runtime();  // an empty handle has no store
   return list_members(store_, path_, zarr_format_, recursive, consolidated_);
 }
 
 std::vector<NodeEntry> Group::members_blocking(bool recursive) const {
-  return detail::wait(*rt_, members(recursive));
+  return detail::wait(runtime(), members(recursive));
 }
 
 namespace {
@@ -298,14 +304,14 @@ awaitable<Group> Group::open_group_in(Runtime* rt, std::shared_ptr<Store> store,
 }
 
 awaitable<Array> Group::open_array(std::string name) const {
-  return open_array_in(rt_, store_, path_, consolidated_, std::move(name));
+  return open_array_in(&runtime(), store_, path_, consolidated_, std::move(name));
 }
 
 awaitable<Group> Group::open_group(std::string name) const {
-  return open_group_in(rt_, store_, path_, consolidated_, std::move(name), mode_);
+  return open_group_in(&runtime(), store_, path_, consolidated_, std::move(name), mode_);
 }
 
-awaitable<Group> Group::consolidate() const { return consolidate_group(*rt_, store_, path_, zarr_format_); }
+awaitable<Group> Group::consolidate() const { return consolidate_group(runtime(), store_, path_, zarr_format_); }
 
 
 awaitable<Group> Group::consolidate_group(Runtime& rt, std::shared_ptr<Store> store, std::string path, int zarr_format) {
@@ -330,8 +336,8 @@ awaitable<Group> Group::consolidate_group(Runtime& rt, std::shared_ptr<Store> st
                        std::to_string(kAttempts) + " attempts)");
 }
 
-Array Group::open_array_blocking(std::string name) const { return detail::wait(*rt_, open_array(std::move(name))); }
-Group Group::open_group_blocking(std::string name) const { return detail::wait(*rt_, open_group(std::move(name))); }
-Group Group::consolidate_blocking() const { return detail::wait(*rt_, consolidate()); }
+Array Group::open_array_blocking(std::string name) const { return detail::wait(runtime(), open_array(std::move(name))); }
+Group Group::open_group_blocking(std::string name) const { return detail::wait(runtime(), open_group(std::move(name))); }
+Group Group::consolidate_blocking() const { return detail::wait(runtime(), consolidate()); }
 
 }  // namespace zarrcoro

@@ -822,6 +822,50 @@ TEST_CASE("bad calls get typed errors naming the key and the field", "[engine][e
   CHECK_THROWS_AS(Array::open_blocking(rt, store, "../x"), InvalidArgument);
 }
 
+TEST_CASE("an empty Array or Group handle raises InvalidArgument on use (was: a crash)", "[engine][errors][regression]") {
+  const Array a;
+  const Group g;
+  CHECK_FALSE(a);
+  CHECK_FALSE(g);
+  std::vector<std::int32_t> buf(1);
+  CHECK_THROWS_WITH(a.shape(), Catch::Contains("an empty Array handle"));
+  CHECK_THROWS_AS(a.read_blocking({{0}, {1}}, as_writable(buf)), InvalidArgument);
+  CHECK_THROWS_AS(a.async_read({{0}, {1}}, as_writable(buf), asio::use_future), InvalidArgument);
+  CHECK_THROWS_AS(a.resize_blocking({2}), InvalidArgument);
+  CHECK_THROWS_WITH(g.members_blocking(), Catch::Contains("an empty Group handle"));
+  CHECK_THROWS_AS(g.open_array_blocking("x"), InvalidArgument);
+  CHECK_THROWS_AS(g.async_consolidate(asio::use_future), InvalidArgument);
+  Runtime rt({.codec_threads = 1});
+  CHECK(Array::create_blocking(rt, std::make_shared<MemoryStore>(), "",
+                               make_meta({4}, {2}, DataTypeKind::int32, codecs_json(kComputeChains[2]))));
+}
+
+TEST_CASE("region errors name the array's metadata key; an inverted region says so (was: key '', 'outside')",
+          "[engine][errors][regression]") {
+  Runtime rt({.codec_threads = 1});
+  auto a = Array::create_blocking(rt, std::make_shared<MemoryStore>(), "x/arr",
+                                  make_meta({10, 7}, {5, 7}, DataTypeKind::int32, codecs_json(kComputeChains[2])));
+  try {
+    a.read_blocking(Region{{5, 0}, {4, 7}});
+    FAIL("an inverted region was read");
+  } catch (const InvalidArgument& e) {
+    CHECK(e.key() == "x/arr/zarr.json");
+    CHECK(e.field() == "region");
+    CHECK(e.detail() == "[5, 4) stops before it starts in dimension 0");
+  }
+  std::vector<std::int32_t> buf(3);
+  try {
+    a.read_blocking(Region{{0, 0}, {1, 4}}, as_writable(buf));
+    FAIL("a buffer of the wrong size was filled");
+  } catch (const InvalidArgument& e) {
+    CHECK(e.key() == "x/arr/zarr.json");
+    CHECK(e.field() == "buffer");
+  }
+  CHECK(Region::parse(" 1 : 3 , 2", a.shape()) == Region{{1, 2}, {3, 3}});
+  CHECK(Region::parse(" , ", a.shape()) == Region::all(a.shape()));
+  CHECK_THROWS_WITH(Region::parse("1 2,", a.shape()), Catch::Contains("'1 2' is not a non-negative integer"));
+}
+
 TEST_CASE("groups and reopened arrays keep their metadata", "[engine]") {
   Runtime rt({.codec_threads = 1});
   auto store = std::make_shared<MemoryStore>();

@@ -85,6 +85,7 @@ class Runtime;
 // A box selection: per dimension the half-open element range [start, stop).
 struct Region {
   std::vector<std::uint64_t> start, stop;
+  bool operator==(const Region&) const = default;
 
   static Region all(const std::vector<std::uint64_t>& shape);
   std::vector<std::uint64_t> shape() const;
@@ -93,7 +94,8 @@ struct Region {
   std::uint64_t num_elements() const;
   // Parses "0:10,5:20" against `shape`: one field per dimension; an empty
   // field, ":" or "a:" / ":b" with the bound left out means the whole
-  // dimension (or up to / from it), a single index "3" means 3:4. Raises
+  // dimension (or up to / from it), a single index "3" means 3:4; blanks
+  // around fields and bounds are ignored (" 1 : 3 , 2"). Raises
   // InvalidArgument(field "region") for a wrong number of fields, a bound
   // that is not a non-negative 64-bit integer, start > stop, or a range
   // outside the shape. The whole array: "" or "," repeated rank - 1 times.
@@ -133,8 +135,11 @@ enum class CreateMode {
 
 class Array {
  public:
-  // An empty handle, to be assigned from open() or create().
+  // An empty handle, to be assigned from open() or create(). Every other
+  // method of an empty handle raises InvalidArgument.
   Array() = default;
+  // False for an empty handle.
+  explicit operator bool() const noexcept { return state_ != nullptr; }
 
   // Opens the array at `path` ("" = the store root; "a/b" otherwise).
   // Raises NotFound if there is no metadata document, InvalidMetadata /
@@ -244,17 +249,17 @@ class Array {
   template <class Token>
   auto async_read(Region region, MutableByteSpan out, Token&& token) const {
     return boost::asio::async_initiate<Token, void(std::exception_ptr)>(Initiate<&Array::start_read>{}, token,
-                                                                        state_, std::move(region), out);
+                                                                        state(), std::move(region), out);
   }
   template <class Token>
   auto async_read(Region region, Token&& token) const {
     return boost::asio::async_initiate<Token, void(std::exception_ptr, NdArray)>(
-        Initiate<&Array::start_read_owned, NdArray>{}, token, state_, std::move(region));
+        Initiate<&Array::start_read_owned, NdArray>{}, token, state(), std::move(region));
   }
   template <class Token>
   auto async_write(Region region, ByteSpan in, Token&& token) const {
     return boost::asio::async_initiate<Token, void(std::exception_ptr)>(Initiate<&Array::start_write>{}, token,
-                                                                        state_, std::move(region), in);
+                                                                        state(), std::move(region), in);
   }
 
   // Changes the shape (v3 and v2 "shape"; rank, chunk grid, codecs and
@@ -323,6 +328,7 @@ class Array {
   friend class Group;
   static Array from_metadata(Runtime& rt, std::shared_ptr<Store> store, std::string path, ArrayMetadata metadata);
   explicit Array(std::shared_ptr<const State> state) : state_(std::move(state)) {}
+  const std::shared_ptr<const State>& state() const;  // InvalidArgument for an empty handle
   std::shared_ptr<const State> state_;
 };
 
@@ -384,7 +390,11 @@ enum class Consolidated {
 // handle whose metadata is no longer the stored one.
 class Group {
  public:
-  Group() = default;  // an empty handle, to be assigned from open() or create()
+  // An empty handle, to be assigned from open() or create(). Its members,
+  // open_*, consolidate and token forms raise InvalidArgument.
+  Group() = default;
+  // False for an empty handle.
+  explicit operator bool() const noexcept { return rt_ != nullptr; }
 
   // Opens v3 `zarr.json`, else v2 `.zgroup` (attributes from `.zattrs`);
   // with consolidated metadata (unless Consolidated::ignore), reads it too:
@@ -457,7 +467,7 @@ class Group {
   // Token form: completes with void(std::exception_ptr, std::vector<NodeEntry>).
   template <class Token>
   auto async_members(bool recursive, Token&& token) const {
-    return detail::async_spawn(executor_of(*rt_), members(recursive), std::forward<Token>(token));
+    return detail::async_spawn(executor_of(runtime()), members(recursive), std::forward<Token>(token));
   }
 
   // Opens the array or group at `name` below this group ("a" or "a/b"):
@@ -474,11 +484,11 @@ class Group {
   // Token forms: complete with void(std::exception_ptr, Array) / (..., Group).
   template <class Token>
   auto async_open_array(std::string name, Token&& token) const {
-    return detail::async_spawn(executor_of(*rt_), open_array(std::move(name)), std::forward<Token>(token));
+    return detail::async_spawn(executor_of(runtime()), open_array(std::move(name)), std::forward<Token>(token));
   }
   template <class Token>
   auto async_open_group(std::string name, Token&& token) const {
-    return detail::async_spawn(executor_of(*rt_), open_group(std::move(name)), std::forward<Token>(token));
+    return detail::async_spawn(executor_of(runtime()), open_group(std::move(name)), std::forward<Token>(token));
   }
 
   // Writes this group's consolidated metadata anew, in its format (v2
@@ -497,7 +507,7 @@ class Group {
   Group consolidate_blocking() const;
   template <class Token>
   auto async_consolidate(Token&& token) const {
-    return detail::async_spawn(executor_of(*rt_), consolidate(), std::forward<Token>(token));
+    return detail::async_spawn(executor_of(runtime()), consolidate(), std::forward<Token>(token));
   }
 
  private:
@@ -513,6 +523,7 @@ class Group {
         std::shared_ptr<const detail::ConsolidatedView> consolidated, Consolidated mode)
       : rt_(&rt), store_(std::move(store)), path_(std::move(path)), attributes_(std::move(attrs)),
         zarr_format_(zarr_format), consolidated_(std::move(consolidated)), mode_(mode) {}
+  Runtime& runtime() const;  // InvalidArgument for an empty handle
   Runtime* rt_ = nullptr;
   std::shared_ptr<Store> store_;
   std::string path_;
