@@ -1700,6 +1700,31 @@ nlohmann::json metadata_json(const ArrayMetadata& m, const std::string& key) {
 // outside are erased; then the metadata is replaced (one atomic set).
 // After it only the update of consolidated copies can fail (checked
 // beforehand), and its error says that the array was resized.
+// Raises InvalidArgument unless the stored metadata is still `st`'s: a
+// change made from an old copy (e.g. consolidated metadata) would write
+// its stale parts back.
+asio::awaitable<void> require_current(std::shared_ptr<const Array::State> st) {
+  const auto& m = st->meta;
+  const std::string key = detail::array_metadata_key(st->path, m.zarr_format);
+  ArrayMetadata stored_meta = co_await detail::load_array_metadata(*st->store, st->path);
+  auto stored = make_state(*st->rt, st->store, st->path, std::move(stored_meta));
+  if (stored->meta.zarr_format != m.zarr_format || metadata_json(stored->meta, key) != metadata_json(m, key))
+    throw InvalidArgument(key, "", "the array's stored metadata changed since this handle was opened; open it again");
+}
+
+asio::awaitable<std::shared_ptr<const Array::State>> set_array_attributes(std::shared_ptr<const Array::State> st,
+                                                                           nlohmann::json attributes) {
+  const std::string key = detail::array_metadata_key(st->path, st->meta.zarr_format);
+  detail::check_attributes(attributes, key);
+  ArrayMetadata meta = st->meta;
+  meta.attributes = std::move(attributes);
+  auto next = make_state(*st->rt, st->store, st->path, std::move(meta));
+  co_await require_current(st);
+  auto copies = co_await detail::check_consolidated(*st->store, st->path);
+  co_await detail::store_array_metadata(*st->store, st->path, next->meta, false, std::move(copies));
+  co_return next;
+}
+
 asio::awaitable<std::shared_ptr<const Array::State>> resize_array(std::shared_ptr<const Array::State> st,
                                                                    std::vector<std::uint64_t> shape) {
   const auto& m = st->meta;
@@ -1714,10 +1739,7 @@ asio::awaitable<std::shared_ptr<const Array::State>> resize_array(std::shared_pt
   // This handle's metadata must be what is stored: resizing from an old
   // copy (e.g. consolidated metadata) would write its stale attributes back
   // and cut along a grid that is no longer the array's.
-  ArrayMetadata stored_meta = co_await detail::load_array_metadata(*st->store, st->path);
-  auto stored = make_state(*st->rt, st->store, st->path, std::move(stored_meta));
-  if (stored->meta.zarr_format != m.zarr_format || metadata_json(stored->meta, key) != metadata_json(m, key))
-    throw InvalidArgument(key, "", "the array's stored metadata changed since this handle was opened; open it again");
+  co_await require_current(st);
   auto copies = co_await detail::check_consolidated(*st->store, st->path);
   const std::size_t es = m.data_type.size();
   // n rounded up to whole chunks, within the old shape.
@@ -1782,6 +1804,14 @@ asio::awaitable<Array> Array::resize(std::vector<std::uint64_t> shape) const {
 
 asio::awaitable<Array> Array::append(ByteSpan data, std::vector<std::uint64_t> data_shape, std::size_t axis) const {
   return adopt(append_array(state(), data, std::move(data_shape), axis));
+}
+
+asio::awaitable<Array> Array::set_attributes(nlohmann::json attributes) const {
+  return adopt(set_array_attributes(state(), std::move(attributes)));
+}
+
+Array Array::set_attributes_blocking(nlohmann::json attributes) const {
+  return detail::wait(*state()->rt, set_attributes(std::move(attributes)));
 }
 
 Array Array::resize_blocking(std::vector<std::uint64_t> shape) const {

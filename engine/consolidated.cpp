@@ -404,6 +404,28 @@ awaitable<void> update_consolidated(Store& store, std::string path, NodeDocs doc
                   "); Group::consolidate writes the copy anew");
 }
 
+awaitable<void> update_own_v2_copy(Store& store, std::string path, nlohmann::json attributes) {
+  const std::string key = node_prefix(path) + kZmetadata;
+  for (int attempt = 0;; ++attempt) {
+    ReadOptions ro;
+    ReadResult r = co_await store.read(key, std::move(ro));
+    if (!r.value) co_return;
+    json doc = parse_doc(*r.value, key);
+    json* entries = copy_entries(doc, true);
+    if (!entries) co_return;
+    if (attributes.empty()) entries->erase(".zattrs");
+    else (*entries)[".zattrs"] = attributes;
+    WriteOptions wo;
+    wo.if_equal = r.generation;
+    Bytes bytes = strict_bytes(doc, key, true);
+    const auto written = co_await store.write(key, std::optional<Bytes>(std::move(bytes)), std::move(wo));
+    if (written) co_return;
+    if (attempt + 1 == kAttempts)
+      throw StoreError(key, "", "another writer kept replacing it (" + std::to_string(kAttempts) + " attempts)");
+    co_await backoff(attempt);
+  }
+}
+
 NodeDocs array_docs(const ArrayMetadata& m, const std::string& key) {
   if (m.zarr_format == 2)
     return {2, NodeType::array, m.to_v2_json(key), m.attributes.empty() ? json() : m.attributes};

@@ -108,6 +108,10 @@ awaitable<std::vector<std::string>> check_consolidated(Store& store, std::string
 // saying that the node was written but the copy was not.
 awaitable<void> update_consolidated(Store& store, std::string path, NodeDocs docs, bool drop_below,
                                     std::vector<std::string> copies);
+// A v2 group's own `.zmetadata` at `path`, when there is one: its `.zattrs`
+// entry replaced by `attributes` (dropped when empty), with a write
+// conditional on the generation read (retried as above).
+awaitable<void> update_own_v2_copy(Store& store, std::string path, nlohmann::json attributes);
 
 // The documents create and resize write for array metadata `m`.
 NodeDocs array_docs(const ArrayMetadata& m, const std::string& key);

@@ -313,6 +313,53 @@ awaitable<Group> Group::open_group(std::string name) const {
 
 awaitable<Group> Group::consolidate() const { return consolidate_group(runtime(), store_, path_, zarr_format_); }
 
+awaitable<Group> Group::set_attributes(nlohmann::json attributes) const {
+  return set_group_attributes(runtime(), store_, path_, zarr_format_, std::move(attributes), mode_);
+}
+
+Group Group::set_attributes_blocking(nlohmann::json attributes) const {
+  return detail::wait(runtime(), set_attributes(std::move(attributes)));
+}
+
+awaitable<Group> Group::set_group_attributes(Runtime& rt, std::shared_ptr<Store> store, std::string path,
+                                             int zarr_format, nlohmann::json attributes, Consolidated mode) {
+  const std::string key = detail::node_prefix(path) + (zarr_format == 2 ? ".zgroup" : "zarr.json");
+  detail::check_attributes(attributes, key);
+  auto copies = co_await detail::check_consolidated(*store, path);
+  nlohmann::json doc = {{"zarr_format", 2}};
+  if (zarr_format == 2) {
+    const bool there = co_await store->exists(key);
+    if (!there) throw NotFound(key, "", "no group metadata at '" + key + "'");
+    co_await detail::store_zattrs(*store, path, attributes);
+    co_await detail::update_own_v2_copy(*store, path, attributes);
+  } else {
+    // The document as stored with only its attributes replaced (its
+    // consolidated metadata stays), written if it is still the one read.
+    constexpr int kAttempts = 8;
+    for (int attempt = 0;; ++attempt) {
+      ReadOptions whole;  // (named: g++ 12 and braced temporaries beside a co_await)
+      ReadResult r = co_await store->read(key, std::move(whole));
+      if (!r.value) throw NotFound(key, "", "no group metadata at '" + key + "'");
+      nlohmann::json stored = detail::parse_doc(*r.value, key);
+      if (!stored.is_object() || stored.value("node_type", nlohmann::json()) != "group")
+        throw InvalidMetadata(key, "node_type", "expected a Zarr v3 group document");
+      stored["attributes"] = attributes;
+      Bytes bytes = detail::json_bytes(stored);
+      WriteOptions wo;
+      wo.if_equal = r.generation;
+      const auto written = co_await store->write(key, std::optional<Bytes>(std::move(bytes)), std::move(wo));
+      if (written) break;
+      if (attempt + 1 == kAttempts)
+        throw StoreError(key, "", "another writer kept replacing it (" + std::to_string(kAttempts) + " attempts)");
+    }
+    doc = {{"zarr_format", 3}, {"node_type", "group"}, {"attributes", attributes}};
+  }
+  detail::NodeDocs docs{zarr_format, NodeType::group, std::move(doc),
+                        zarr_format == 2 && !attributes.empty() ? attributes : nlohmann::json()};
+  co_await detail::update_consolidated(*store, path, std::move(docs), false, std::move(copies));
+  co_return co_await open(rt, std::move(store), std::move(path), mode);
+}
+
 
 awaitable<Group> Group::consolidate_group(Runtime& rt, std::shared_ptr<Store> store, std::string path, int zarr_format) {
   constexpr int kAttempts = 8;  // listings made anew while other writers replace the document

@@ -58,6 +58,16 @@ awaitable<void> store_zattrs(Store& store, std::string path, nlohmann::json attr
   co_await store.set(key, std::move(doc));
 }
 
+void check_attributes(const nlohmann::json& attributes, const std::string& key) {
+  if (!attributes.is_object())
+    throw InvalidArgument(key, "attributes", "expected a JSON object, got " + attributes.dump());
+  try {
+    (void)dump_json(attributes);
+  } catch (const Error& e) {
+    throw InvalidArgument(key, "attributes", e.detail());
+  }
+}
+
 namespace {
 
 // Whether a node's document (.zgroup, .zarray or zarr.json) is stored under

@@ -53,6 +53,9 @@ awaitable<void> store_zattrs(Store& store, std::string path, nlohmann::json attr
 // consolidated copies nest each node under its parent's entry).
 awaitable<void> create_parents(Store& store, std::string path, int zarr_format);
 
+// Raises InvalidArgument naming `key` and field "attributes" unless
+// `attributes` is a JSON object that strict JSON can hold (no NaN).
+void check_attributes(const nlohmann::json& attributes, const std::string& key);
 Bytes json_bytes(const nlohmann::json& j);     // strict JSON text (dump_json) as bytes
 Bytes v2_json_bytes(const nlohmann::json& j);  // the same, ASCII only (zarr-python 2 reads ASCII)
 

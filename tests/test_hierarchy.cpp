@@ -3,6 +3,7 @@
 // (direct and recursive, v2 and v3 mixed) on the memory and filesystem
 // stores. S3 (listings of several pages) is in test_s3.cpp, a store that
 // cannot list in test_http_store.cpp, `zarrcoro ls` in test_cli.cpp.
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -213,6 +214,51 @@ TEST_CASE("create with overwrite checks the new metadata before removing anythin
   CHECK_THROWS_AS(Group::create_blocking(f.rt, f.store, "x", json::array(), 3, CreateMode::overwrite),
                   InvalidArgument);
   CHECK(f.keys("x/") == Strings{"x/c/0", "x/c/1", "x/zarr.json"});
+}
+
+TEST_CASE("set_attributes replaces an array's or a group's attributes, v2 and v3, and keeps the consolidated copy "
+          "up to date") {
+  Fixture f(GENERATE("memory", "filesystem"));
+  const int format = GENERATE(2, 3);
+  INFO("zarr_format " << format);
+  const Group root = Group::create_blocking(f.rt, f.store, "", json::object(), format);
+  const Group g = Group::create_blocking(f.rt, f.store, "g", {{"title", "old"}}, format);
+  const Array a = f.filled<std::int32_t>("g/a", meta(DataTypeKind::int32, format), 5);
+  root.consolidate_blocking();
+
+  const Array a2 = a.set_attributes_blocking({{"units", "m"}, {"scale", 2}});
+  CHECK(a2.metadata().attributes == json{{"units", "m"}, {"scale", 2}});
+  CHECK(a.metadata().attributes == json::object());  // the old handle keeps its own
+  CHECK(Array::open_blocking(f.rt, f.store, "g/a").metadata().attributes == a2.metadata().attributes);
+  CHECK(read_all<std::int32_t>(a2) == std::vector<std::int32_t>(4, 5));  // the data stays
+  const Group g2 = g.set_attributes_blocking({{"title", "new"}});
+  CHECK(g2.attributes() == json{{"title", "new"}});
+  CHECK(Group::open_blocking(f.rt, f.store, "g", Consolidated::ignore).attributes() == json{{"title", "new"}});
+  // The root's consolidated copy has both changes.
+  const Group via_copy = Group::open_blocking(f.rt, f.store, "", Consolidated::require);
+  CHECK(via_copy.open_group_blocking("g").attributes() == json{{"title", "new"}});
+  CHECK(via_copy.open_array_blocking("g/a").metadata().attributes == json{{"units", "m"}, {"scale", 2}});
+  // Setting the root's own attributes keeps its consolidated metadata.
+  const Group root2 = root.set_attributes_blocking({{"project", "x"}});
+  CHECK(root2.attributes() == json{{"project", "x"}});
+  CHECK(Group::open_blocking(f.rt, f.store, "", Consolidated::require).open_group_blocking("g").attributes() ==
+        json{{"title", "new"}});
+  // Emptied: v2 erases .zattrs.
+  CHECK(g2.set_attributes_blocking(json::object()).attributes() == json::object());
+  if (format == 2) CHECK_FALSE(f.run(f.store->exists("g/.zattrs")));
+
+  // Errors: not an object, NaN, a stale handle, an empty handle.
+  try {
+    a2.set_attributes_blocking(json::array());
+    FAIL("an array of attributes was taken");
+  } catch (const InvalidArgument& e) {
+    CHECK(e.field() == "attributes");
+    CHECK(e.key() == (format == 2 ? "g/a/.zarray" : "g/a/zarr.json"));
+  }
+  CHECK_THROWS_AS(g2.set_attributes_blocking({{"x", std::nan("")}}), InvalidArgument);
+  CHECK_THROWS_WITH(a.set_attributes_blocking({{"units", "km"}}), Catch::Contains("changed since this handle"));
+  CHECK(Array::open_blocking(f.rt, f.store, "g/a").metadata().attributes == json{{"units", "m"}, {"scale", 2}});
+  CHECK_THROWS_AS(Group().set_attributes_blocking(json::object()), InvalidArgument);
 }
 
 TEST_CASE("Group::members lists v2 and v3 nodes, directly and recursively, depth first by name") {

@@ -299,6 +299,22 @@ class Array {
     return detail::async_spawn(get_executor(), append(data, std::move(data_shape), axis), std::forward<Token>(token));
   }
 
+  // Replaces the attributes (v3 `attributes` in zarr.json; v2 `.zattrs`,
+  // erased when empty) and returns the updated array; this handle keeps the
+  // old ones. To merge, pass metadata().attributes with the changes
+  // applied. One atomic store write of the metadata document; consolidated copies are
+  // updated (see Group). Raises InvalidArgument(field "attributes") for a
+  // value that is not an object or not strict JSON (NaN), InvalidArgument
+  // (field "") when the stored metadata is no longer this handle's (open
+  // the array again; the check and the write are not one atomic step),
+  // StoreError.
+  awaitable<Array> set_attributes(nlohmann::json attributes) const;
+  Array set_attributes_blocking(nlohmann::json attributes) const;
+  template <class Token>
+  auto async_set_attributes(nlohmann::json attributes, Token&& token) const {
+    return detail::async_spawn(get_executor(), set_attributes(std::move(attributes)), std::forward<Token>(token));
+  }
+
   void read_blocking(const Region& region, MutableByteSpan out) const;
   NdArray read_blocking(const Region& region) const;
   void write_blocking(const Region& region, ByteSpan in) const;
@@ -510,6 +526,24 @@ class Group {
     return detail::async_spawn(executor_of(runtime()), consolidate(), std::forward<Token>(token));
   }
 
+  // Replaces the group's attributes (v3 `attributes` in its zarr.json, the
+  // rest of the document, consolidated metadata included, kept; v2
+  // `.zattrs`, erased when empty) and returns the group opened anew; this
+  // handle keeps the old ones. To merge, pass attributes() with the
+  // changes applied. v3: one write conditional on the document read
+  // (retried while other writers replace it, up to 8 times, then
+  // StoreError). Consolidated copies held by ancestors are updated (see
+  // above). Raises InvalidArgument(field "attributes") for a value that is
+  // not an object or not strict JSON (NaN), NotFound where the group's
+  // document is gone, InvalidMetadata where it is no group's, StoreError.
+  awaitable<Group> set_attributes(nlohmann::json attributes) const;
+  Group set_attributes_blocking(nlohmann::json attributes) const;
+  template <class Token>
+  auto async_set_attributes(nlohmann::json attributes, Token&& token) const {
+    return detail::async_spawn(executor_of(runtime()), set_attributes(std::move(attributes)),
+                               std::forward<Token>(token));
+  }
+
  private:
   static boost::asio::any_io_executor executor_of(Runtime& rt);
   static awaitable<Array> open_array_in(Runtime* rt, std::shared_ptr<Store> store, std::string group,
@@ -519,6 +553,8 @@ class Group {
                                         Consolidated mode);
   static awaitable<Group> consolidate_group(Runtime& rt, std::shared_ptr<Store> store, std::string path,
                                             int zarr_format);
+  static awaitable<Group> set_group_attributes(Runtime& rt, std::shared_ptr<Store> store, std::string path,
+                                               int zarr_format, nlohmann::json attributes, Consolidated mode);
   Group(Runtime& rt, std::shared_ptr<Store> store, std::string path, nlohmann::json attrs, int zarr_format,
         std::shared_ptr<const detail::ConsolidatedView> consolidated, Consolidated mode)
       : rt_(&rt), store_(std::move(store)), path_(std::move(path)), attributes_(std::move(attrs)),
