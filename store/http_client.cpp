@@ -1,8 +1,8 @@
 #include "store/http_client.hpp"
 
 #include <openssl/ssl.h>
-#include <sys/socket.h>
 #include <openssl/x509.h>
+#include <sys/socket.h>
 #include <zlib.h>
 
 #include <algorithm>

@@ -14,12 +14,18 @@
 // run the io_context); an awaiting coroutine resumes on its own executor.
 // The client never blocks a thread.
 //
+// Interim (1xx) answers are read and skipped. A pooled connection that the
+// server closed or sent unasked bytes on is dropped before reuse; one that
+// fails before any answer byte is replaced once within the attempt (the
+// request is then resent: Response::resent).
+//
 // send() makes up to max_attempts attempts with exponential backoff and
 // jitter. Retried: failures to resolve or connect, resets, timeouts (no
 // progress for io_timeout, or an attempt longer than request_timeout), a
 // response cut short, and the statuses 408, 429, 500, 502, 503, 504. Not
 // retried: TLS certificate or host name verification failures, a body above
-// the limits, a malformed response (those fail at once).
+// the limits, a malformed response (those fail at once). connect_timeout
+// bounds the name lookup too (a lookup still running then is abandoned).
 //
 // Content codings: every request sends "Accept-Encoding: identity" (unless
 // its headers set Accept-Encoding). A final response whose Content-Encoding

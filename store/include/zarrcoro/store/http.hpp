@@ -9,15 +9,21 @@
 // Requests: GET for values (with a Range header for byte ranges, "bytes=-N"
 // for suffixes), HEAD for exists. Keys are URI-encoded segment by segment.
 //  - 200 or 206 -> the bytes. A 206 must carry a Content-Range that matches
-//    the request, else the get fails (never wrong data). A server that
-//    ignores Range and answers 200 with the whole value is sliced locally, up
-//    to `max_full_body` bytes; a larger whole body fails with StoreError
-//    without being downloaded.
+//    the request exactly (a suffix, or a range of unknown total, only with
+//    the value's length), else the get fails (never wrong data). A server
+//    that ignores Range and answers 200 with the whole value is sliced
+//    locally, up to `max_full_body` bytes; a larger whole body fails with
+//    StoreError without being downloaded, and a 200 carrying a
+//    Content-Range (a part mislabelled) fails too.
 //  - 416 (range not satisfiable) -> the key exists, the range is empty.
 //  - 404 and 410 -> missing key (nullopt / false).
 //  - 301, 302, 303, 307, 308 -> the request is repeated at the Location (up
-//    to 5 redirects, other hosts included).
-//  - other statuses -> StoreError naming the key, field "HTTP <status>".
+//    to 5 redirects, other hosts included; at another origin without the
+//    configured `headers`, which are the origin's credentials; never from
+//    https to http: StoreError field "Location").
+//  - 412 -> `changed` for a read conditional on a generation; otherwise,
+//    and for other statuses -> StoreError naming the key, field
+//    "HTTP <status>". Interim 1xx answers are skipped.
 // Transport failures, timeouts, 408, 429 and 5xx are retried (see
 // HttpClientOptions) before failing with StoreError.
 //
@@ -110,7 +116,8 @@ struct HttpStoreOptions {
   // Largest whole body accepted when a server answers a range request with
   // 200 and the whole value (it is then sliced locally).
   std::uint64_t max_full_body = std::uint64_t{64} << 20;
-  // Extra headers sent with every request (e.g. Authorization).
+  // Extra headers sent with every request to the store's origin (e.g.
+  // Authorization); not to another origin a redirect leads to.
   std::vector<std::pair<std::string, std::string>> headers;
 };
 

@@ -15,7 +15,8 @@
 // GetObject (Range "bytes=a-b" / "bytes=-n"), exists is HeadObject, set is
 // PutObject or, from multipart_threshold bytes on, a multipart upload
 // (parts uploaded concurrently; aborted on failure), erase is DeleteObject,
-// list is ListObjectsV2 (following continuation tokens), erase_many is
+// list is ListObjectsV2 (following continuation tokens; a truncated page
+// without a new token is a StoreError, never a listing cut short), erase_many is
 // DeleteObjects (1000 keys per request). Path-style ("host/bucket/key") or
 // virtual-hosted ("bucket.host/key") addressing.
 //
@@ -114,12 +115,16 @@ class S3Store : public Store {
   // Failure: InvalidArgument (bad key), StoreError (see above).
   awaitable<std::optional<Bytes>> get(std::string key, ByteRange range = {}) override;
   // get with the object's ETag as its generation; a condition is sent as
-  // If-Match (412: `changed`), and an answer of another ETag reads as changed.
+  // If-Match (412: `changed`; to a read without one, StoreError), and an
+  // answer of another ETag reads as changed.
   awaitable<ReadResult> read(std::string key, ReadOptions options) override;
   // set / erase, conditional on the object's ETag: PutObject with If-Match,
   // or If-None-Match: * for "only if absent" (412 or 409
-  // ConditionalRequestConflict: nullopt). A conditional write is a single
-  // PutObject (no multipart upload): at most 5 GiB, else UnsupportedError.
+  // ConditionalRequestConflict: nullopt; but when the PutObject went out
+  // more than once, as after a lost answer, an object whose ETag is the
+  // body's MD5 is this write, landed: its generation). A conditional write
+  // is a single PutObject (no multipart upload): at most 5 GiB, else
+  // UnsupportedError.
   // Returns the new ETag when the answer has one. DeleteObject cannot be
   // conditional (radosgw and S3 ignore If-Match on it): a conditional erase
   // checks the ETag with HeadObject, then deletes, so a write landing in
