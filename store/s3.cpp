@@ -474,19 +474,16 @@ awaitable<bool> S3Store::exists(std::string key) {
   d->fail(key, "HEAD", object, r);
 }
 
-// The Content-MD5 value for `body` (large bodies hashed on the hashing threads).
-static awaitable<std::string> content_md5(std::shared_ptr<S3Store::Impl> d, ByteSpan body) {
-  if (body.size() < (256 << 10)) co_return sigv4::md5_base64(body);
-  auto job = [body] { return sigv4::md5_base64(body); };
+// `hash(body)` (e.g. sigv4::md5_base64, a Content-MD5 value): inline for a small body, else on the store's hashing threads.
+static awaitable<std::string> hashed(std::shared_ptr<S3Store::Impl> d, ByteSpan body,
+                                     std::string (*hash)(ByteSpan)) {
+  if (body.size() < (256 << 10)) co_return hash(body);
+  auto job = [body, hash] { return hash(body); };
   co_return co_await detail::run_on_pool(d->hasher.get_executor(), std::move(job));
 }
 
-// The hex MD5 of `body` (a PutObject's ETag), on the hashing threads when large.
-static awaitable<std::string> body_md5_hex(std::shared_ptr<S3Store::Impl> d, ByteSpan body) {
-  auto job = [body] { return sigv4::hex(sigv4::md5(body)); };
-  if (body.size() < (256 << 10)) co_return job();
-  co_return co_await detail::run_on_pool(d->hasher.get_executor(), std::move(job));
-}
+// The hex MD5 of `body`: a single-part PutObject's ETag.
+static std::string md5_hex(ByteSpan body) { return sigv4::hex(sigv4::md5(body)); }
 
 // The payload hash to sign for `body`: "" (make() decides: small bodies are
 // hashed inline) or the SHA-256 computed on the store's hashing threads.
@@ -526,7 +523,7 @@ static awaitable<void> upload_parts(std::shared_ptr<S3Store::Impl> d, std::strin
     const ByteSpan span(data->data() + begin, std::min<std::uint64_t>(part_size, data->size() - begin));
     sigv4::Pairs headers;
     if (!d->options.sign_payload) {
-      std::string md5 = co_await content_md5(d, span);
+      std::string md5 = co_await hashed(d, span, sigv4::md5_base64);
       headers.emplace_back("Content-MD5", std::move(md5));
     }
     std::string hash = co_await payload_hash(d, span);
@@ -575,7 +572,7 @@ awaitable<std::optional<Generation>> S3Store::write(std::string key, std::option
     sigv4::Pairs headers = condition_headers(options.if_equal);
     headers.emplace_back("Content-Type", "application/octet-stream");
     if (!o.sign_payload) {
-      std::string md5 = co_await content_md5(d, all);
+      std::string md5 = co_await hashed(d, all, sigv4::md5_base64);
       headers.emplace_back("Content-MD5", std::move(md5));
     }
     std::string hash = co_await payload_hash(d, all);
@@ -591,7 +588,7 @@ awaitable<std::optional<Generation>> S3Store::write(std::string key, std::option
         ReadOptions probe;
         probe.range = ByteRange::from(0, 0);
         const ReadResult now = co_await read(key, std::move(probe));
-        const std::string digest = co_await body_md5_hex(d, all);
+        const std::string digest = co_await hashed(d, all, md5_hex);
         if (now.generation.token == "\"" + digest + "\"") co_return now.generation;
       }
       co_return std::nullopt;
