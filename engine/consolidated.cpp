@@ -115,16 +115,6 @@ void update_entries(json& metadata, bool v2, const std::string& rel, const NodeD
   metadata = std::move(kept);
 }
 
-// A pause before the next conditional write of a contended copy: jittered,
-// doubling from 1 ms up to 100 ms.
-awaitable<void> backoff(int attempt) {
-  thread_local std::minstd_rand rng{std::random_device{}()};
-  const int ms = std::min(100, 1 << std::min(attempt, 7));
-  std::uniform_int_distribution<int> us(ms * 500, ms * 1500);
-  boost::asio::steady_timer timer(co_await boost::asio::this_coro::executor, std::chrono::microseconds(us(rng)));
-  co_await timer.async_wait(boost::asio::use_awaitable);
-}
-
 // Visits every consolidated copy held by an ancestor group of `path`.
 // With `docs`: writes each copy back with the node's entries replaced (see
 // update_entries), its parent groups between the copy's group and it added
@@ -176,7 +166,7 @@ awaitable<void> visit_copies(Store& store, std::string path, const NodeDocs* doc
         if (written) break;
         if (attempt + 1 == kAttempts)
           throw StoreError(key, "", "another writer kept replacing it (" + std::to_string(kAttempts) + " attempts)");
-        co_await backoff(attempt);
+        co_await rewrite_backoff(attempt);
       }
     }
   }
@@ -404,6 +394,14 @@ awaitable<void> update_consolidated(Store& store, std::string path, NodeDocs doc
                   "); Group::consolidate writes the copy anew");
 }
 
+awaitable<void> rewrite_backoff(int attempt) {
+  thread_local std::minstd_rand rng{std::random_device{}()};
+  const int ms = std::min(100, 1 << std::min(attempt, 7));
+  std::uniform_int_distribution<int> us(ms * 500, ms * 1500);
+  boost::asio::steady_timer timer(co_await boost::asio::this_coro::executor, std::chrono::microseconds(us(rng)));
+  co_await timer.async_wait(boost::asio::use_awaitable);
+}
+
 awaitable<void> update_own_v2_copy(Store& store, std::string path, nlohmann::json attributes) {
   const std::string key = node_prefix(path) + kZmetadata;
   for (int attempt = 0;; ++attempt) {
@@ -422,7 +420,7 @@ awaitable<void> update_own_v2_copy(Store& store, std::string path, nlohmann::jso
     if (written) co_return;
     if (attempt + 1 == kAttempts)
       throw StoreError(key, "", "another writer kept replacing it (" + std::to_string(kAttempts) + " attempts)");
-    co_await backoff(attempt);
+    co_await rewrite_backoff(attempt);
   }
 }
 

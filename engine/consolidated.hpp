@@ -108,6 +108,10 @@ awaitable<std::vector<std::string>> check_consolidated(Store& store, std::string
 // saying that the node was written but the copy was not.
 awaitable<void> update_consolidated(Store& store, std::string path, NodeDocs docs, bool drop_below,
                                     std::vector<std::string> copies);
+// A pause before the next conditional rewrite of a contended document:
+// jittered, doubling from 1 ms up to 100 ms.
+awaitable<void> rewrite_backoff(int attempt);
+
 // A v2 group's own `.zmetadata` at `path`, when there is one: its `.zattrs`
 // entry replaced by `attributes` (dropped when empty), with a write
 // conditional on the generation read (retried as above).

@@ -351,6 +351,7 @@ awaitable<Group> Group::set_group_attributes(Runtime& rt, std::shared_ptr<Store>
       if (written) break;
       if (attempt + 1 == kAttempts)
         throw StoreError(key, "", "another writer kept replacing it (" + std::to_string(kAttempts) + " attempts)");
+      co_await detail::rewrite_backoff(attempt);
     }
     doc = {{"zarr_format", 3}, {"node_type", "group"}, {"attributes", attributes}};
   }

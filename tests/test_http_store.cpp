@@ -898,6 +898,16 @@ TEST_CASE("HttpStore: a redirect to another origin drops the store's own headers
   CHECK(h.text("near") == "here");
   REQUIRE(origin.requests().size() == 2);
   CHECK(origin.requests()[1].authorization == "Bearer for-the-origin-only");
+  // A Location that is no URL is a StoreError on field Location, naming the key.
+  origin.answer("/bad", 302, {{"Location", "http://h:99999/x"}});
+  try {
+    h.get("bad");
+    FAIL("a redirect to a bad port was followed");
+  } catch (const StoreError& e) {
+    CHECK(e.key() == "bad");
+    CHECK(e.field() == "Location");
+    CHECK_THAT(e.what(), Catch::Contains("bad port '99999'"));
+  }
 }
 
 TEST_CASE("HttpStore: interim 1xx answers are skipped (was: a 103 Early Hints failed the read)",
