@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <atomic>
 #include <charconv>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <mutex>
+#include <random>
 #include <set>
 
 #include <boost/asio/as_tuple.hpp>
@@ -254,6 +256,17 @@ awaitable<void> run_all(std::vector<awaitable<void>> jobs) {
   if (state->first) std::rethrow_exception(state->first);
 }
 
+std::string random_hex64() {
+  std::random_device rd;
+  const std::uint64_t v = (std::uint64_t{rd()} << 32) ^ rd();
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(v));
+  return out;
+}
+
+// The user-metadata header naming a conditional PutObject.
+constexpr const char* kWriteIdHeader = "x-amz-meta-zarrcoro-write";
+
 const std::string& empty_sha256() {
   static const std::string h = sigv4::sha256_hex(std::string_view{});
   return h;
@@ -287,6 +300,12 @@ struct S3Store::Impl {
   // Hashes large payloads off the I/O threads (SHA-256 runs at 1-2 GB/s: a
   // 64 MiB body would hold an I/O thread for tens of milliseconds).
   asio::thread_pool hasher{2};
+  // Names each conditional PutObject (x-amz-meta-zarrcoro-write): a random
+  // 64-bit prefix for this store, then a count.
+  const std::string write_prefix = random_hex64();
+  std::atomic<std::uint64_t> writes{0};
+
+  std::string next_write_id() { return write_prefix + "-" + std::to_string(++writes); }
 
   std::string object(const std::string& key) const { return base + key; }
   std::string url_of(const std::string& object) const {
@@ -482,9 +501,6 @@ static awaitable<std::string> hashed(std::shared_ptr<S3Store::Impl> d, ByteSpan 
   co_return co_await detail::run_on_pool(d->hasher.get_executor(), std::move(job));
 }
 
-// The hex MD5 of `body`: a single-part PutObject's ETag.
-static std::string md5_hex(ByteSpan body) { return sigv4::hex(sigv4::md5(body)); }
-
 // The payload hash to sign for `body`: "" (make() decides: small bodies are
 // hashed inline) or the SHA-256 computed on the store's hashing threads.
 static awaitable<std::string> payload_hash(std::shared_ptr<S3Store::Impl> d, ByteSpan body) {
@@ -571,6 +587,8 @@ awaitable<std::optional<Generation>> S3Store::write(std::string key, std::option
   if (conditional || o.multipart_threshold == 0 || all.size() < o.multipart_threshold || all.size() <= o.part_size) {
     sigv4::Pairs headers = condition_headers(options.if_equal);
     headers.emplace_back("Content-Type", "application/octet-stream");
+    const std::string write_id = conditional ? d->next_write_id() : "";
+    if (conditional) headers.emplace_back(kWriteIdHeader, write_id);
     if (!o.sign_payload) {
       std::string md5 = co_await hashed(d, all, sigv4::md5_base64);
       headers.emplace_back("Content-MD5", std::move(md5));
@@ -580,16 +598,16 @@ awaitable<std::optional<Generation>> S3Store::write(std::string key, std::option
     http::Response r = co_await d->send(std::move(r_req));
     if (conditional && (r.status == 412 || (r.status == 409 && xml_first(as_text(r.body), "Code") ==
                                                                     "ConditionalRequestConflict"))) {
-      // A retry (after a reset or a timeout) may fail its condition
-      // against this very write, landed by an earlier attempt whose
-      // answer was lost: so a retried write whose bytes are there now
-      // (a PutObject's ETag is its body's MD5) landed.
+      // A write sent again (after a reset, a timeout, a pooled connection
+      // found closed) may fail its condition against itself, landed by an
+      // earlier send whose answer was lost: the object that is there now
+      // carries this write's id if so. (Its bytes would not tell: another
+      // writer may have landed the same bytes, and then this write lost.)
       if (r.resent) {
-        ReadOptions probe;
-        probe.range = ByteRange::from(0, 0);
-        const ReadResult now = co_await read(key, std::move(probe));
-        const std::string digest = co_await hashed(d, all, md5_hex);
-        if (now.generation.token == "\"" + digest + "\"") co_return now.generation;
+        http::Request head_req = d->make(bh::verb::head, object, {}, {}, nullptr, {}, key);
+        http::Response head = co_await d->send(std::move(head_req));
+        if (head.status == 200 && head.header(kWriteIdHeader) == write_id) co_return http::etag_generation(head);
+        if (head.status != 200 && head.status != 404) d->fail(key, "HEAD", object, head);
       }
       co_return std::nullopt;
     }

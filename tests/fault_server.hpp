@@ -22,6 +22,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -166,10 +167,12 @@ class FaultServer {
   void forward_to(std::uint16_t port) { upstream_ = port; }
 
   // Queues `count` faults for the next requests whose method is `method`
-  // (any method if empty), in order.
-  void inject(Fault f, int count = 1, std::string method = "") {
+  // (any method if empty), in order. `before`, if given, runs on the serving
+  // thread when a request takes the fault, before anything else is done with
+  // it (e.g. another client's write landing between two attempts).
+  void inject(Fault f, int count = 1, std::string method = "", std::function<void()> before = {}) {
     std::lock_guard lock(mu_);
-    for (int i = 0; i < count; ++i) queue_.push_back({f, method});
+    for (int i = 0; i < count; ++i) queue_.push_back({f, method, before});
   }
   // The fault for every request when the queue has none for it.
   void set_default(Fault f) {
@@ -216,6 +219,7 @@ class FaultServer {
   struct Queued {
     Fault fault;
     std::string method;
+    std::function<void()> before;
   };
   struct Fixed {
     unsigned status = 200;
@@ -250,15 +254,22 @@ class FaultServer {
   }
 
   Fault next_fault(const std::string& method) {
-    std::lock_guard lock(mu_);
-    for (auto it = queue_.begin(); it != queue_.end(); ++it) {
-      if (it->method.empty() || it->method == method) {
-        const Fault f = it->fault;
-        queue_.erase(it);
-        return f;
+    std::function<void()> before;
+    Fault f;
+    {
+      std::lock_guard lock(mu_);
+      f = default_;
+      for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+        if (it->method.empty() || it->method == method) {
+          f = it->fault;
+          before = std::move(it->before);
+          queue_.erase(it);
+          break;
+        }
       }
     }
-    return default_;
+    if (before) before();
+    return f;
   }
 
   // Closes `s` with a reset (RST) or a normal close (FIN); under the lock,

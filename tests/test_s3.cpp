@@ -555,6 +555,14 @@ TEST_CASE("S3Store through a faulty proxy: retries succeed, data stays exact", "
     CHECK((got && *got == big));
   }
   SECTION("a conditional write whose answer is lost reports that it landed (was: 'condition failed')") {
+    // Also when its bytes are those already there.
+    proxy.inject(Fault::reset_after_forward, 1, "PUT");
+    const auto same = h.write("same", "x", Generation::absent());
+    REQUIRE(same.has_value());
+    proxy.inject(Fault::reset_after_forward, 1, "PUT");
+    const auto again = h.write("same", "x", *same);
+    REQUIRE(again.has_value());
+    CHECK(*again == h.read("same").generation);
     // The retry fails its condition against the write its first attempt landed.
     proxy.inject(Fault::reset_after_forward, 1, "PUT");
     const auto created = h.write("cond", "mine", Generation::absent());
@@ -566,6 +574,21 @@ TEST_CASE("S3Store through a faulty proxy: retries succeed, data stays exact", "
     CHECK(h.text("cond") == "mine again");
     CHECK_FALSE(h.write("cond", "theirs", *created).has_value());  // a real conflict still fails
     CHECK(h.text("cond") == "mine again");
+    CHECK(proxy.faults_left() == 0);
+  }
+  SECTION("a conditional write sent again after another writer landed the same bytes fails its condition "
+          "(was: it reported that it landed, and the other writer's update was lost)") {
+    // Two writers both read "1" and write "2" on it: one of them must fail.
+    // Ours is reset before it reaches radosgw; the other lands meanwhile;
+    // ours, sent again, fails its condition against bytes that equal its own.
+    const auto base = h.write("counter", "1", Generation::absent());
+    REQUIRE(base.has_value());
+    S3Harness other(options(r, "faults"));  // straight to radosgw, not through the proxy
+    bool landed = false;
+    proxy.inject(Fault::reset_before_response, 1, "PUT", [&] { landed = other.write("counter", "2", *base).has_value(); });
+    CHECK_FALSE(h.write("counter", "2", *base).has_value());
+    CHECK(landed);
+    CHECK(h.text("counter") == "2");
     CHECK(proxy.faults_left() == 0);
   }
   SECTION("random faults on a workload never give wrong data") {

@@ -120,10 +120,16 @@ class S3Store : public Store {
   awaitable<ReadResult> read(std::string key, ReadOptions options) override;
   // set / erase, conditional on the object's ETag: PutObject with If-Match,
   // or If-None-Match: * for "only if absent" (412 or 409
-  // ConditionalRequestConflict: nullopt; but when the PutObject went out
-  // more than once, as after a lost answer, an object whose ETag is the
-  // body's MD5 is this write, landed: its generation). A conditional write
-  // is a single PutObject (no multipart upload): at most 5 GiB, else
+  // ConditionalRequestConflict: nullopt). Each conditional PutObject
+  // carries a unique id in user metadata (x-amz-meta-zarrcoro-write): when
+  // it went out more than once, as after a lost answer, and then failed its
+  // condition, a HeadObject finds whether the object there is this write,
+  // landed (its generation) or another's (nullopt, even if its bytes are
+  // the same). If this write landed and another replaced it before the
+  // HeadObject, the answer is nullopt too: a caller that then re-reads and
+  // writes again must be writing an idempotent change (as the engine's
+  // read-modify-write of a chunk or shard is). A conditional write is a
+  // single PutObject (no multipart upload): at most 5 GiB, else
   // UnsupportedError.
   // Returns the new ETag when the answer has one. DeleteObject cannot be
   // conditional (radosgw and S3 ignore If-Match on it): a conditional erase
