@@ -576,9 +576,14 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
   // chunk stage can still use them: the thread that completes the op may
   // still hold it when the caller's next call makes its own, which then
   // takes their blocks from the cache instead of faulting in new ones.
+  // The op lets go of the array's state (and so of the store) first: the
+  // caller may free what it lent the array as soon as it learns of the end,
+  // while this thread, still unwinding the op, may wait long for its core
+  // (a codec thread under SCHED_IDLE). Nothing uses st_ after this.
   void complete(std::exception_ptr e) {
     auto c = std::move(*completion_);
     completion_.reset();
+    st_.reset();
     std::move(c)(e);
   }
 

@@ -9,6 +9,7 @@
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/deferred.hpp>
@@ -17,6 +18,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/system_executor.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/use_future.hpp>
@@ -535,6 +537,44 @@ TEST_CASE("a read whose last batch decodes on the pool completes from there, whi
   REQUIRE(hooked == 1);  // the shard decoded in parts, the I/O thread was held
   CHECK(completed_while_io_busy);
   CHECK(back == shard.data);
+}
+
+// A caller may free what it lent the array (a store whose timer is on
+// another runtime's io_context, say) as soon as it learns that the call
+// ended, while the thread that ended it is still unwinding the op: a codec
+// thread under SCHED_IDLE may wait long for its core. (Measured failure, in
+// CI under ASan: a codec thread dropped an op's last reference to such a
+// store after the test had destroyed that io_context: heap-use-after-free.)
+TEST_CASE("an operation lets go of the array's state and store before its caller learns that it ended",
+          "[async][regression]") {
+  const std::string op = GENERATE("read handed off to the pool", "read ending on the I/O thread", "write");
+  CAPTURE(op);
+  Runtime rt({.codec_threads = 1});
+  auto store = std::make_shared<MemoryStore>();
+  ArrayMetadata m = meta_1d(OneShard::kN, OneShard::kN);
+  if (op == "read handed off to the pool")
+    m.codecs = json::parse(std::string(R"([{"name":"sharding_indexed","configuration":{"chunk_shape":[16384],"codecs":)") +
+                           kZstd + "}}]");
+  else if (op == "read ending on the I/O thread")  // nothing to compute: no pool
+    m.codecs = json::parse(R"([{"name":"bytes","configuration":{"endian":"little"}}])");
+  Array a = Array::create_blocking(rt, store, "a", m);
+  const auto data = iota_vec(OneShard::kN, 3);
+  a.write_blocking(Region::all(a.shape()), as_bytes(data));
+  std::vector<std::int32_t> back(OneShard::kN);
+  // The op cannot begin before the handle is dropped: the I/O thread waits.
+  std::promise<void> open_gate;
+  asio::post(rt.io_executor(), [gate = open_gate.get_future().share()] { gate.wait(); });
+  std::promise<long> holders;  // of the store when the handler runs: the test's alone
+  auto handler = asio::bind_executor(asio::system_executor(), [&](std::exception_ptr e) {
+    holders.set_value(e ? -1 : store.use_count());
+  });
+  const Region all = Region::all(a.shape());
+  if (op == "write") a.async_write(all, as_bytes(data), std::move(handler));
+  else a.async_read(all, as_writable(back), std::move(handler));
+  a = Array();
+  open_gate.set_value();
+  CHECK(holders.get_future().get() == 1);
+  if (op != "write") CHECK(back == data);
 }
 
 // The handler's executor (here the runtime's I/O loop, a callback's
