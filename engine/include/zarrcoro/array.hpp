@@ -246,6 +246,9 @@ class Array {
   // last batch decodes on the pool completes from there (see runtime.hpp),
   // so a handler whose executor runs it inline (e.g. use_future's, or one
   // bound to system_executor) runs on a codec thread; it must not throw.
+  // By then (and when a blocking read or write returns) the operation holds
+  // no reference to the array's state or its store: the caller may free
+  // what it lent the array at once.
   template <class Token>
   auto async_read(Region region, MutableByteSpan out, Token&& token) const {
     return boost::asio::async_initiate<Token, void(std::exception_ptr)>(Initiate<&Array::start_read>{}, token,
