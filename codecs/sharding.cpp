@@ -86,6 +86,10 @@ ShardingCodec::ShardingCodec(const json& config, const ArraySpec& shard) {
                           "the index must have a fixed size: only bytes and crc32c are allowed, not "
                           "compressors");
   index_bytes_ = static_cast<std::uint64_t>(size);
+  index_layout_ = json{{"chunks_per_shard", per_shard_},
+                       {"index_codecs", index_->to_json()},
+                       {"index_location", index_at_start_ ? "start" : "end"}}
+                      .dump();
 }
 
 json ShardingCodec::to_json() const {

@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -56,6 +57,11 @@ class ShardingCodec final : public ArrayToBytesCodec {
   std::uint64_t index_bytes() const { return index_bytes_; }  // encoded index size
   bool index_at_start() const { return index_at_start_; }
   bool index_trivial() const { return index_->is_trivial(); }  // no checksum to verify
+  std::size_t num_inner() const { return num_inner_; }
+  // What gives a decoded index its meaning (inner chunks per shard, index
+  // codecs and location), as text: two codecs whose layouts are equal read
+  // the same index from the same shard bytes.
+  const std::string& index_layout() const { return index_layout_; }
   // Linear (C order) number of the inner chunk at `coords`.
   std::size_t inner_number(std::span<const std::uint64_t> coords) const;
 
@@ -84,6 +90,7 @@ class ShardingCodec final : public ArrayToBytesCodec {
   std::uint64_t index_bytes_ = 0;
   bool index_at_start_ = false;
   nlohmann::json inner_json_, index_json_;
+  std::string index_layout_;
 };
 
 }  // namespace zarrcoro::codecs

@@ -818,7 +818,7 @@ class ReadOp final : public ChunkOp {
     // replaced the shard meanwhile.
     if (current && shard.generation.unknown()) current = engine_.writes.unchanged(key, writes_before);
     if (!current) {
-      engine_.shard_indexes.invalidate(st_->store, key);
+      engine_.shard_indexes.invalidate(st_->store, key, *st_->shard);
       co_return false;
     }
     t.in_place = t.pieces.empty();
@@ -1009,7 +1009,7 @@ class ReadOp final : public ChunkOp {
   asio::awaitable<ShardIndex> shard_index(std::string key, bool refetch) {
     auto& cache = engine_.shard_indexes;
     if (!refetch)
-      if (auto hit = cache.find(st_->store, key)) co_return ShardIndex{std::move(*hit), true};
+      if (auto hit = cache.find(st_->store, key, *st_->shard)) co_return ShardIndex{std::move(*hit), true};
     const auto& sc = *st_->shard;
     const auto range = sc.index_at_start() ? ByteRange::from(0, sc.index_bytes()) : ByteRange::last(sc.index_bytes());
     Generation unconditional;
@@ -1029,7 +1029,7 @@ class ReadOp final : public ChunkOp {
     co_await run_task(task);
     if (task.error) rethrow_with_key(task.error, key);
     detail::ShardIndexCache::Entry entry{task.index, std::move(got.generation)};
-    cache.put(st_->store, key, entry);
+    cache.put(st_->store, key, sc, entry);
     co_return ShardIndex{std::move(entry)};
   }
 
@@ -1338,9 +1338,9 @@ class WriteOp final : public ChunkOp {
         const auto stored = co_await put(t.key, std::move(value), if_equal);
         if (st_->shard) {  // the new shard's index, or none when its generation is unknown
           if (stored && t.index && !stored->unknown())
-            engine_.shard_indexes.put(st_->store, t.key, {t.index, *stored});
+            engine_.shard_indexes.put(st_->store, t.key, *st_->shard, {t.index, *stored});
           else
-            engine_.shard_indexes.invalidate(st_->store, t.key);
+            engine_.shard_indexes.invalidate(st_->store, t.key, *st_->shard);
         }
         if (stored) break;
         if (cancelled_) throw_cancelled();  // the chunk keeps what the other writer stored

@@ -25,7 +25,12 @@ namespace zarrcoro::detail {
 // holds a weak reference to its store, so a store made where a freed one
 // was (same address, and generations that may repeat: MemoryStore counts
 // from 1 in each) never finds the freed one's indexes. At most kMaxEntries
-// indexes of kMaxBytes in all: beyond, the cache starts over.
+// indexes of kMaxBytes in all: beyond, the cache starts over. An entry is
+// found only through a sharding codec of the same index layout
+// (ShardingCodec::index_layout) as the one that decoded it: a handle that
+// predates an overwrite of the array with other shards, or one opened from
+// a consolidated copy that disagrees with the node, never plans its reads
+// with another layout's index.
 class ShardIndexCache {
  public:
   using Index = std::shared_ptr<const codecs::ShardingCodec::Index>;
@@ -36,32 +41,36 @@ class ShardIndexCache {
   static constexpr std::size_t kMaxEntries = 1 << 16;
   static constexpr std::size_t kMaxBytes = std::size_t{64} << 20;
 
-  std::optional<Entry> find(const std::shared_ptr<Store>& store, const std::string& key) {
+  std::optional<Entry> find(const std::shared_ptr<Store>& store, const std::string& key,
+                            const codecs::ShardingCodec& layout) {
     std::lock_guard lk(mu_);
-    auto it = map_.find(id(store, key));
+    auto it = map_.find(id(store, key, layout));
     if (it == map_.end()) return std::nullopt;
-    if (!same_store(it->second.store, store)) {
+    const Index& index = it->second.entry.index;
+    if (!same_store(it->second.store, store) || (index && index->entries.size() != 2 * layout.num_inner())) {
       erase(it);
       return std::nullopt;
     }
     return it->second.entry;
   }
   // Does nothing for an unknown generation (invalidate instead).
-  void put(const std::shared_ptr<Store>& store, const std::string& key, Entry entry) {
+  void put(const std::shared_ptr<Store>& store, const std::string& key, const codecs::ShardingCodec& layout,
+           Entry entry) {
     if (entry.generation.unknown()) return;
     const std::size_t bytes = bytes_of(entry);
+    std::string at = id(store, key, layout);
     std::lock_guard lk(mu_);
-    if (auto it = map_.find(id(store, key)); it != map_.end()) erase(it);
+    if (auto it = map_.find(at); it != map_.end()) erase(it);
     if (map_.size() >= kMaxEntries || bytes_ + bytes > kMaxBytes) {
       map_.clear();
       bytes_ = 0;
     }
-    map_.emplace(id(store, key), Stored{store, std::move(entry)});
+    map_.emplace(std::move(at), Stored{store, std::move(entry)});
     bytes_ += bytes;
   }
-  void invalidate(const std::shared_ptr<Store>& store, const std::string& key) {
+  void invalidate(const std::shared_ptr<Store>& store, const std::string& key, const codecs::ShardingCodec& layout) {
     std::lock_guard lk(mu_);
-    if (auto it = map_.find(id(store, key)); it != map_.end()) erase(it);
+    if (auto it = map_.find(id(store, key, layout)); it != map_.end()) erase(it);
   }
 
  private:
@@ -71,8 +80,9 @@ class ShardIndexCache {
   };
   using Map = std::unordered_map<std::string, Stored>;
 
-  static std::string id(const std::shared_ptr<Store>& store, const std::string& key) {
-    return std::to_string(reinterpret_cast<std::uintptr_t>(store.get())) + ':' + key;
+  static std::string id(const std::shared_ptr<Store>& store, const std::string& key,
+                        const codecs::ShardingCodec& layout) {
+    return std::to_string(reinterpret_cast<std::uintptr_t>(store.get())) + ':' + key + '\n' + layout.index_layout();
   }
   static bool same_store(const std::weak_ptr<Store>& a, const std::shared_ptr<Store>& b) {
     return !a.owner_before(b) && !b.owner_before(a);

@@ -263,23 +263,72 @@ TEST_CASE("a large whole shard of plain-copy inner chunks is read in place by on
   CHECK(store->in_place == 3);
 }
 
+// A sharding codec for shards of n int32 in inner chunks of one element:
+// n inner chunks, with the index codecs and location given.
+codecs::ShardingCodec layout_of(std::uint64_t n, std::string location = "end") {
+  const json bytes = json::parse(R"([{"name":"bytes","configuration":{"endian":"little"}}])");
+  return codecs::ShardingCodec(sharding({1}, bytes, location)[0]["configuration"],
+                               codecs::ArraySpec{DataTypeKind::int32, {n}});
+}
+
 TEST_CASE("the shard index cache holds at most kMaxBytes of indexes, counting each key once", "[sharding]") {
   using Cache = detail::ShardIndexCache;
   Cache cache;
   auto quarter = std::make_shared<codecs::ShardingCodec::Index>();
   quarter->entries.resize(Cache::kMaxBytes / sizeof(std::uint64_t) / 4);
+  const auto layout = layout_of(quarter->entries.size() / 2);
   const std::shared_ptr<Store> store = std::make_shared<MemoryStore>();
   for (int k = 0; k < 4; ++k)
-    for (int again = 0; again < 3; ++again) cache.put(store, "k" + std::to_string(k), {quarter, Generation{"g"}});
-  for (int k = 0; k < 4; ++k) CHECK(cache.find(store, "k" + std::to_string(k)));  // exactly kMaxBytes
-  cache.put(store, "k4", {quarter, Generation{"g"}});  // one more: the cache starts over
-  CHECK_FALSE(cache.find(store, "k0"));
-  CHECK(cache.find(store, "k4"));
-  cache.invalidate(store, "k4");
-  for (int k = 0; k < 4; ++k) cache.put(store, "k" + std::to_string(k), {quarter, Generation{"g"}});
-  CHECK(cache.find(store, "k0"));  // the invalidated entry's bytes were given back
-  cache.put(store, "k0", {quarter, Generation{}});  // an unknown generation is not cached
-  CHECK(cache.find(store, "k0")->generation == Generation{"g"});
+    for (int again = 0; again < 3; ++again) cache.put(store, "k" + std::to_string(k), layout, {quarter, Generation{"g"}});
+  for (int k = 0; k < 4; ++k) CHECK(cache.find(store, "k" + std::to_string(k), layout));  // exactly kMaxBytes
+  cache.put(store, "k4", layout, {quarter, Generation{"g"}});  // one more: the cache starts over
+  CHECK_FALSE(cache.find(store, "k0", layout));
+  CHECK(cache.find(store, "k4", layout));
+  cache.invalidate(store, "k4", layout);
+  for (int k = 0; k < 4; ++k) cache.put(store, "k" + std::to_string(k), layout, {quarter, Generation{"g"}});
+  CHECK(cache.find(store, "k0", layout));  // the invalidated entry's bytes were given back
+  cache.put(store, "k0", layout, {quarter, Generation{}});  // an unknown generation is not cached
+  CHECK(cache.find(store, "k0", layout)->generation == Generation{"g"});
+}
+
+TEST_CASE("the shard index cache gives an index only to a sharding codec of the layout that decoded it "
+          "(was: a handle from before an overwrite with other shards read past the end of the new index)",
+          "[sharding][regression]") {
+  using Cache = detail::ShardIndexCache;
+  Cache cache;
+  const std::shared_ptr<Store> store = std::make_shared<MemoryStore>();
+  auto index = std::make_shared<codecs::ShardingCodec::Index>();
+  index->entries.assign(2 * 4, 0);  // four inner chunks
+  const auto four = layout_of(4), four_at_start = layout_of(4, "start"), sixteen = layout_of(16);
+  cache.put(store, "c/0", four, {index, Generation{"g"}});
+  CHECK(cache.find(store, "c/0", four));
+  CHECK_FALSE(cache.find(store, "c/0", sixteen));        // other inner chunks per shard
+  CHECK_FALSE(cache.find(store, "c/0", four_at_start));  // the index elsewhere in the shard
+  // An entry whose size disagrees with its layout is never handed out.
+  auto short_index = std::make_shared<codecs::ShardingCodec::Index>();
+  short_index->entries.assign(2 * 3, 0);
+  cache.put(store, "c/1", four, {short_index, Generation{"g"}});
+  CHECK_FALSE(cache.find(store, "c/1", four));
+}
+
+TEST_CASE("a handle from before an overwrite with fewer inner chunks per shard never reads past the new index "
+          "(heap out-of-bounds read under ASan before)",
+          "[sharding][regression]") {
+  Runtime rt({.codec_threads = 1});
+  auto store = std::make_shared<MemoryStore>();
+  const json bytes = json::parse(R"([{"name":"bytes","configuration":{"endian":"little"}}])");
+  const Array old = Array::create_blocking(rt, store, "a", meta({8, 8}, {8, 8}, sharding({2, 2}, bytes)));
+  const auto data = iota_vec(64);
+  old.write_blocking(Region::all(old.shape()), std::as_bytes(std::span(data)));
+  const Array now = Array::create_blocking(rt, store, "a", meta({8, 8}, {8, 8}, sharding({4, 4}, bytes)),
+                                           CreateMode::overwrite);
+  now.write_blocking(Region::all(now.shape()), std::as_bytes(std::span(data)));  // caches a 4-entry index
+  // The old handle reads its last inner chunk (number 15 of 16) with its own
+  // layout: from the index its own codec decodes out of the new shard's
+  // bytes, whose offsets lie past the shard's end.
+  CHECK_THROWS_AS(old.read_blocking(Region::parse("6:8,6:8", old.shape())), CorruptChunk);
+  const auto back = now.read_blocking(Region::all(now.shape()));
+  CHECK(std::vector<std::int32_t>(back.as<std::int32_t>().begin(), back.as<std::int32_t>().end()) == data);
 }
 
 TEST_CASE("a shard write whose new generation is unknown drops the cached index", "[sharding][regression]") {
