@@ -128,28 +128,38 @@ timespec unique_mtime() {
   return {static_cast<time_t>(next / 1'000'000'000), static_cast<long>(next % 1'000'000'000)};
 }
 
-// An exclusive flock(2) on a directory, held by conditional writes of the
-// keys in it for the few system calls of check-and-rename. The kernel drops
-// it when the holder's descriptor closes, also when the process is killed,
-// so a dead writer never blocks others; a live holder that does not let go
-// within kLockWait (stopped by a debugger, say) makes the write fail.
+// A flock(2) on a directory, held by every rename over (or unlink of) a key
+// in it for the few system calls that take: exclusive for a conditional one,
+// which checks the value's generation and renames as one step; shared for the
+// others, which then cannot land between that check and that rename. The
+// kernel drops it when the holder's descriptor closes, also when the process
+// is killed, so a dead writer never blocks others; a live holder that does
+// not let go within kLockWait (stopped by a debugger, say) makes the write
+// fail. Without `wait`, only a lock that is free is taken (held() says).
 constexpr auto kLockWait = std::chrono::seconds(30);
-
 class DirLock {
  public:
-  DirLock(const std::string& key, int dir_fd) : fd_(dir_fd) {
+  DirLock(const std::string& key, int dir_fd, bool exclusive, bool wait = true) : fd_(dir_fd) {
+    const int op = (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB;
     const auto deadline = std::chrono::steady_clock::now() + kLockWait;
     auto pause = std::chrono::microseconds(20);
-    while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    while (::flock(fd_, op) != 0) {
       const int err = errno;
       if (err != EWOULDBLOCK && err != EINTR) fail(key, "cannot lock the key's directory", err);
+      if (err == EWOULDBLOCK && !wait) {
+        fd_ = -1;
+        return;
+      }
       if (std::chrono::steady_clock::now() > deadline)
         throw StoreError(key, "", "timed out waiting for the write lock on the key's directory");
       std::this_thread::sleep_for(pause);
       pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(5));
     }
   }
-  ~DirLock() { ::flock(fd_, LOCK_UN); }
+  ~DirLock() {
+    if (fd_ >= 0) ::flock(fd_, LOCK_UN);
+  }
+  bool held() const { return fd_ >= 0; }
   DirLock(const DirLock&) = delete;
   DirLock& operator=(const DirLock&) = delete;
 
@@ -232,6 +242,7 @@ std::atomic<bool> warned{false};
 struct FilesystemStore::Temp {
   std::string key, name, temp_name;
   int dir_fd = -1, fd = -1;
+  struct stat st {};  // of the temporary file, once closed
   bool committed = false;
   explicit Temp(const std::string& k) : key(k), name(split_key(k).second) {}
   Temp(const Temp&) = delete;
@@ -599,26 +610,31 @@ void FilesystemStore::create_temp(Temp& temp) const {
 // Renames the written temporary file over its key if the value there has
 // generation `if_equal` (when known); returns the new value's generation, or
 // nullopt (the temporary file is then removed) when the condition failed.
-std::optional<Generation> FilesystemStore::commit(Temp& temp, const Generation& if_equal) const {
+// With `would_wait` (an unconditional commit on the I/O thread): when the
+// directory's lock is not free, sets it and returns nullopt, the temporary
+// file kept for a commit that may wait.
+std::optional<Generation> FilesystemStore::commit(Temp& temp, const Generation& if_equal, bool* would_wait) const {
   const std::string& key = temp.key;
   const std::string where = in_quotes(root_ / key);
-  struct stat st {};
-  const int fd = std::exchange(temp.fd, -1);
-  const timespec times[2] = {{0, UTIME_OMIT}, unique_mtime()};  // atime kept
-  ::futimens(fd, times);  // where refused, the file system's own time stands
-  const bool ok = ::fstat(fd, &st) == 0 && (!durable_ || ::fdatasync(fd) == 0);
-  const int err = errno;
-  if (::close(fd) != 0 || !ok) fail(key, "cannot write a temporary file for " + where, ok ? errno : err);
-  std::optional<DirLock> lock;
-  if (!if_equal.unknown()) {
-    lock.emplace(key, temp.dir_fd);
-    if (generation_at(key, temp.dir_fd, temp.name) != if_equal) return std::nullopt;
+  if (temp.fd >= 0) {  // closed once, with its modification time set (and flushed when durable)
+    const int fd = std::exchange(temp.fd, -1);
+    const timespec times[2] = {{0, UTIME_OMIT}, unique_mtime()};  // atime kept
+    ::futimens(fd, times);  // where refused, the file system's own time stands
+    const bool ok = ::fstat(fd, &temp.st) == 0 && (!durable_ || ::fdatasync(fd) == 0);
+    const int err = errno;
+    if (::close(fd) != 0 || !ok) fail(key, "cannot write a temporary file for " + where, ok ? errno : err);
   }
+  const DirLock lock(key, temp.dir_fd, !if_equal.unknown(), would_wait == nullptr);
+  if (!lock.held()) {
+    *would_wait = true;
+    return std::nullopt;
+  }
+  if (!if_equal.unknown() && generation_at(key, temp.dir_fd, temp.name) != if_equal) return std::nullopt;
   if (::renameat(temp.dir_fd, temp.temp_name.c_str(), temp.dir_fd, temp.name.c_str()) != 0)
     fail(key, "cannot replace " + where, errno);
   temp.committed = true;
   if (durable_ && ::fsync(temp.dir_fd) != 0) fail(key, "cannot sync the directory of " + where, errno);
-  return generation_of(st);  // rename keeps the inode and the times
+  return generation_of(temp.st);  // rename keeps the inode and the times
 }
 
 namespace {
@@ -654,17 +670,18 @@ std::optional<Generation> FilesystemStore::write_now(const std::string& key, con
   return commit(temp, if_equal);
 }
 
-bool FilesystemStore::erase_now(const std::string& key, const Generation& if_equal) const {
+bool FilesystemStore::erase_now(const std::string& key, const Generation& if_equal, bool* would_wait) const {
   const auto [dir, name] = split_key(key);
   const int dir_fd = open_dir(key, dir, false);
   if (dir_fd < 0) return if_equal.unknown() || if_equal.is_absent();  // no directory, no value
   {
     FdGuard guard{dir_fd};
-    std::optional<DirLock> lock;
-    if (!if_equal.unknown()) {
-      lock.emplace(key, dir_fd);
-      if (generation_at(key, dir_fd, name) != if_equal) return false;
+    const DirLock lock(key, dir_fd, !if_equal.unknown(), would_wait == nullptr);  // as commit's
+    if (!lock.held()) {
+      *would_wait = true;
+      return false;
     }
+    if (!if_equal.unknown() && generation_at(key, dir_fd, name) != if_equal) return false;
     // A symlink at the key is removed, not followed.
     if (::unlinkat(dir_fd, name.c_str(), 0) != 0 && errno != ENOENT && errno != ENOTDIR && errno != EISDIR)
       fail(key, "cannot remove " + in_quotes(root_ / key), errno);
@@ -1000,19 +1017,22 @@ awaitable<ReadResult> FilesystemStore::read(std::string key, ReadOptions options
 // With io_uring: the temporary file is created on the calling thread and
 // written directly while the kernel need not wait, else through io_uring; an
 // unconditional, non-durable commit (a rename) follows on the calling
-// thread. Conditional commits (which may wait for the directory lock),
-// durable ones (which flush) and every blocking fallback run on the pool.
+// thread if the directory's lock is free. Conditional commits (which may
+// wait for the lock), durable ones (which flush), unconditional ones that
+// found the lock taken and every blocking fallback run on the pool.
 awaitable<std::optional<Generation>> FilesystemStore::write(std::string key, std::optional<Bytes> value,
                                                             WriteOptions options) {
   check_key(key);
   const bool inline_commit = options.if_equal.unknown() && !durable_;
   if (!value) {
     if (uses_io_uring() && inline_commit) {
-      erase_now(key, {});
-      co_return Generation::absent();
+      bool would_wait = false;
+      erase_now(key, {}, &would_wait);
+      if (!would_wait) co_return Generation::absent();
     }
-    auto job = std::bind_front(&FilesystemStore::erase_now, this, std::move(key), std::move(options.if_equal));
-    if (!co_await offload(std::move(job))) co_return std::nullopt;
+    auto job = [this, key = std::move(key), if_equal = std::move(options.if_equal)] { return erase_now(key, if_equal); };
+    const bool erased = co_await offload(std::move(job));
+    if (!erased) co_return std::nullopt;
     co_return Generation::absent();
   }
   if (uses_io_uring()) {
@@ -1047,7 +1067,9 @@ awaitable<std::optional<Generation>> FilesystemStore::write(std::string key, std
       }
       if (file) temp.fd = file->release();
     }
-    if (inline_commit) co_return commit(temp, {});
+    bool would_wait = false;
+    if (inline_commit)
+      if (auto stored = commit(temp, {}, &would_wait); !would_wait) co_return stored;
     auto job = [this, &temp, &options] { return commit(temp, options.if_equal); };
     co_return co_await offload(std::move(job));
   }

@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <iterator>
 #include <set>
 #include <span>
@@ -31,6 +32,7 @@
 #include <zarrcoro/store/filesystem.hpp>
 #include <zarrcoro/store/memory.hpp>
 
+#include "rename_hook.hpp"
 #include "store_conformance.hpp"
 #include "support.hpp"
 
@@ -482,6 +484,37 @@ TEST_CASE("FilesystemStore: rewrites of a value of one size get ever later modif
     last = mtime;
     CHECK(generations.insert(g->token).second);
   }
+}
+
+TEST_CASE("FilesystemStore: an unconditional write never lands between a conditional write's check and its rename "
+          "(was: the conditional write replaced it unseen)",
+          "[stores][filesystem][regression]") {
+  // Two stores on one root, as two processes would be. The second one's
+  // write starts while the first one's conditional write has checked the
+  // generation and not yet renamed: it must wait for that rename, and land
+  // after it, not before (where the rename would replace it unseen).
+  const bool uring = GENERATE(false, true);
+  INFO((uring ? "io_uring" : "blocking pool"));
+  test::TempDir tmp("stores");
+  const fs::path root = tmp.path / "root";
+  StoreHarness h(filesystem_factory(root, uring ? kUring : kFallback)),
+      other(filesystem_factory(root, uring ? kUring : kFallback));
+  h.set("a/k", "old");
+  const Generation old = h.read("a/k").generation;
+  std::future<void> theirs;
+  {
+    std::lock_guard lock(test::rename_hook_mu);
+    test::before_next_rename = [&] {
+      theirs = std::async(std::launch::async, [&] { other.set("a/k", "theirs"); });
+      // Done at once without the lock; with it, waits for this rename.
+      theirs.wait_for(test::scaled(std::chrono::milliseconds(500)));
+    };
+  }
+  const auto mine = h.write("a/k", "mine", old);
+  REQUIRE(theirs.valid());
+  theirs.get();
+  CHECK(mine.has_value());          // nothing landed between its check and its rename
+  CHECK(h.text("a/k") == "theirs");  // and the later write was not lost
 }
 
 TEST_CASE("FilesystemStore: a directory swapped for a symlink mid-write never creates anything outside the root",

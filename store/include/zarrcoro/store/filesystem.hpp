@@ -124,10 +124,13 @@ class FilesystemStore : public Store {
   // device, inode, size and modification time of the file, taken from the
   // descriptor the read uses. A conditional write or erase holds an
   // exclusive flock(2) on the key's directory while it compares and
-  // renames (or unlinks): conditional writers in other processes exclude
-  // each other, the kernel releases the lock of a killed one, and one that
-  // waits more than 30 s for it fails with StoreError. Unconditional
-  // writes take no lock (last rename wins).
+  // renames (or unlinks), and an unconditional one a shared lock while it
+  // renames (or unlinks): so nothing lands at a key between a conditional
+  // writer's check and its rename, in this process or another (between
+  // unconditional ones, the last rename wins). The kernel releases the lock
+  // of a killed writer; one that waits more than 30 s for it fails with
+  // StoreError. The I/O thread never waits for it: an unconditional write
+  // that finds the lock taken renames on the store's pool.
   awaitable<ReadResult> read(std::string key, ReadOptions options) override;
   // With io_uring: opens the file and answers if the range is at most
   // 256 KiB and in the page cache (preadv2 RWF_NOWAIT); else, and on the
@@ -210,10 +213,10 @@ class FilesystemStore : public Store {
   void read_blocking(const std::string& key, int fd, const ByteExtent& e, MutableByteSpan into,
                      ReadResult& result) const;
   void create_temp(Temp& temp) const;
-  std::optional<Generation> commit(Temp& temp, const Generation& if_equal) const;
+  std::optional<Generation> commit(Temp& temp, const Generation& if_equal, bool* would_wait = nullptr) const;
   ReadResult read_now(const std::string& key, const ReadOptions& options) const;
   std::optional<Generation> write_now(const std::string& key, const Bytes& value, const Generation& if_equal) const;
-  bool erase_now(const std::string& key, const Generation& if_equal) const;
+  bool erase_now(const std::string& key, const Generation& if_equal, bool* would_wait = nullptr) const;
   bool exists_now(const std::string& key) const;
   bool stat_file(const std::string& key, struct ::stat& st) const;
   std::vector<std::string> list_now(const std::string& prefix) const;
