@@ -116,14 +116,14 @@ void update_entries(json& metadata, bool v2, const std::string& rel, const NodeD
 }
 
 // Visits every consolidated copy held by an ancestor group of `path`.
-// With `docs`: writes each copy back with the node's entries replaced (see
-// update_entries), its parent groups between the copy's group and it added
-// where missing, retrying on a conflict. Without: only checks that each
-// copy parses and can be written back as strict JSON once the node's own
-// entries are replaced.
-// `keys`: with docs, the copies to update (the others are not read);
+// With `update`: writes each copy back with the node's entries replaced by
+// those the node has when the copy is read (see update_entries), its parent
+// groups between the copy's group and it added where missing, retrying on a
+// conflict. Without: only checks that each copy parses and can be written
+// back as strict JSON once the node's own entries are replaced.
+// `keys`: with update, the copies to update (the others are not read);
 // without, where the copies found are added.
-awaitable<void> visit_copies(Store& store, std::string path, const NodeDocs* docs, bool drop_below,
+awaitable<void> visit_copies(Store& store, std::string path, bool update, bool drop_below,
                              std::vector<std::string>* keys) {
   std::vector<std::pair<std::string, std::string>> ancestors;  // (ancestor, path relative to it)
   if (!path.empty()) ancestors.emplace_back("", path);
@@ -133,7 +133,7 @@ awaitable<void> visit_copies(Store& store, std::string path, const NodeDocs* doc
   for (const auto& [ancestor, rel] : ancestors) {
     for (const bool v2 : {false, true}) {
       const std::string key = node_prefix(ancestor) + (v2 ? kZmetadata : "zarr.json");
-      if (docs && std::find(keys->begin(), keys->end(), key) == keys->end()) continue;
+      if (update && std::find(keys->begin(), keys->end(), key) == keys->end()) continue;
       for (int attempt = 0;; ++attempt) {
         ReadOptions ro;
         ReadResult r = co_await store.read(key, std::move(ro));
@@ -141,11 +141,16 @@ awaitable<void> visit_copies(Store& store, std::string path, const NodeDocs* doc
         json doc = parse_doc(*r.value, key);
         json* entries = copy_entries(doc, v2);
         if (!entries) break;
+        // The node as it is now, read after this version of the copy: a
+        // writer that replaced it since this operation wrote it may have
+        // updated the copy already, and must not be undone.
+        std::optional<NodeDocs> current;
+        if (update) current = co_await load_node_docs(store, path);
         // A reader nests each entry under its parent group's entry
         // (zarr-python 3 fails on a missing one): add the parents, or leave
         // a v3 node below an implicit group out.
-        bool placed = docs != nullptr;
-        for (auto s = rel.find('/'); docs && s != std::string::npos; s = rel.find('/', s + 1)) {
+        bool placed = update;
+        for (auto s = rel.find('/'); update && s != std::string::npos; s = rel.find('/', s + 1)) {
           const std::string parent = rel.substr(0, s);
           if (has_entry(*entries, v2, parent)) continue;
           const std::string from_root = node_prefix(ancestor) + parent;
@@ -154,9 +159,9 @@ awaitable<void> visit_copies(Store& store, std::string path, const NodeDocs* doc
           if (found && found->node_type == NodeType::group) update_entries(*entries, v2, parent, &*found, false);
           else if (!v2) placed = false;
         }
-        update_entries(*entries, v2, rel, placed ? docs : nullptr, drop_below);
+        update_entries(*entries, v2, rel, placed && current ? &*current : nullptr, drop_below);
         Bytes bytes = strict_bytes(doc, key, v2);
-        if (!docs) {
+        if (!update) {
           keys->push_back(key);
           break;
         }
@@ -371,17 +376,16 @@ awaitable<std::vector<DocsOrError>> load_nodes_docs(std::shared_ptr<Store> store
 
 awaitable<std::vector<std::string>> check_consolidated(Store& store, std::string path) {
   std::vector<std::string> keys;
-  co_await visit_copies(store, std::move(path), nullptr, false, &keys);
+  co_await visit_copies(store, std::move(path), false, false, &keys);
   co_return keys;
 }
 
-awaitable<void> update_consolidated(Store& store, std::string path, NodeDocs docs, bool drop_below,
-                                    std::vector<std::string> copies) {
+awaitable<void> update_consolidated(Store& store, std::string path, bool drop_below, std::vector<std::string> copies) {
   if (copies.empty()) co_return;
   std::string failed_key, failed_field, detail;
   Errc code{};
   try {
-    co_await visit_copies(store, path, &docs, drop_below, &copies);
+    co_await visit_copies(store, path, true, drop_below, &copies);
     co_return;
   } catch (const Error& e) {
     code = e.code();
@@ -422,12 +426,6 @@ awaitable<void> update_own_v2_copy(Store& store, std::string path, nlohmann::jso
       throw StoreError(key, "", "another writer kept replacing it (" + std::to_string(kAttempts) + " attempts)");
     co_await rewrite_backoff(attempt);
   }
-}
-
-NodeDocs array_docs(const ArrayMetadata& m, const std::string& key) {
-  if (m.zarr_format == 2)
-    return {2, NodeType::array, m.to_v2_json(key), m.attributes.empty() ? json() : m.attributes};
-  return {3, NodeType::array, m.to_json(), json()};
 }
 
 }  // namespace zarrcoro::detail

@@ -96,18 +96,19 @@ awaitable<bool> consolidate(std::shared_ptr<Store> store, std::string path, int 
 // strict JSON; so that a write is refused before it starts, not split.
 awaitable<std::vector<std::string>> check_consolidated(Store& store, std::string path);
 
-// After the node at `path` (whose documents are `docs`) was written: brings
-// the consolidated copies `copies` (check_consolidated's result; nothing
-// to do when empty) up to date. Its entries are replaced; with `drop_below` (the node replaced
-// what was under it) the entries below it are dropped. Parent groups
+// After the node at `path` was written: brings the consolidated copies
+// `copies` (check_consolidated's result; nothing to do when empty) up to
+// date. Its entries are replaced by the node's documents as they are when
+// each copy is read (another writer may have replaced the node since this
+// one wrote it, and updated the copy already); with `drop_below` (the node
+// replaced what was under it) the entries below it are dropped. Parent groups
 // between the copy's group and the node that the copy lacks are added; a
 // v3 node below an implicit group is left out (readers nest each entry
 // under its parent's). Each copy is replaced with a write conditional on
 // the generation read, retried with a jittered backoff up to 32 times.
 // Raises the error that stopped it, naming the copy's key and
 // saying that the node was written but the copy was not.
-awaitable<void> update_consolidated(Store& store, std::string path, NodeDocs docs, bool drop_below,
-                                    std::vector<std::string> copies);
+awaitable<void> update_consolidated(Store& store, std::string path, bool drop_below, std::vector<std::string> copies);
 // A pause before the next conditional rewrite of a contended document:
 // jittered, doubling from 1 ms up to 100 ms.
 awaitable<void> rewrite_backoff(int attempt);
@@ -116,9 +117,6 @@ awaitable<void> rewrite_backoff(int attempt);
 // entry replaced by `attributes` (dropped when empty), with a write
 // conditional on the generation read (retried as above).
 awaitable<void> update_own_v2_copy(Store& store, std::string path, nlohmann::json attributes);
-
-// The documents create and resize write for array metadata `m`.
-NodeDocs array_docs(const ArrayMetadata& m, const std::string& key);
 
 // A metadata document with non-finite fill values as the strings "NaN",
 // "Infinity", "-Infinity" (Zarr v2 and v3 spec; case B02).

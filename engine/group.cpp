@@ -227,9 +227,7 @@ awaitable<Group> Group::create(Runtime& rt, std::shared_ptr<Store> store, std::s
   co_await detail::create_parents(*store, path, zarr_format);
   if (zarr_format == 2) co_await detail::store_zattrs(*store, path, attributes);
   co_await store->set(key, std::move(bytes));
-  detail::NodeDocs docs{zarr_format, NodeType::group, doc,
-                        zarr_format == 2 && !attributes.empty() ? attributes : nlohmann::json()};
-  co_await detail::update_consolidated(*store, path, std::move(docs), mode == CreateMode::overwrite, std::move(copies));
+  co_await detail::update_consolidated(*store, path, mode == CreateMode::overwrite, std::move(copies));
   co_return Group(rt, std::move(store), std::move(path), std::move(attributes), zarr_format, nullptr,
                   Consolidated::use_if_present);
 }
@@ -355,9 +353,7 @@ awaitable<Group> Group::set_group_attributes(Runtime& rt, std::shared_ptr<Store>
     }
     doc = {{"zarr_format", 3}, {"node_type", "group"}, {"attributes", attributes}};
   }
-  detail::NodeDocs docs{zarr_format, NodeType::group, std::move(doc),
-                        zarr_format == 2 && !attributes.empty() ? attributes : nlohmann::json()};
-  co_await detail::update_consolidated(*store, path, std::move(docs), false, std::move(copies));
+  co_await detail::update_consolidated(*store, path, false, std::move(copies));
   co_return co_await open(rt, std::move(store), std::move(path), mode);
 }
 

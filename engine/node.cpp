@@ -148,8 +148,7 @@ awaitable<void> store_array_metadata(Store& store, std::string path, ArrayMetada
   } else {
     co_await store.set(array_metadata_key(path, 3), json_bytes(metadata.to_json()));
   }
-  NodeDocs docs = array_docs(metadata, array_metadata_key(path, metadata.zarr_format));
-  co_await update_consolidated(store, path, std::move(docs), replaced, std::move(copies));
+  co_await update_consolidated(store, path, replaced, std::move(copies));
 }
 
 nlohmann::json pipeline_codecs(const ArrayMetadata& metadata) {

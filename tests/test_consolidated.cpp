@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -312,6 +313,69 @@ TEST_CASE("resize refuses a handle whose metadata is no longer the stored one (e
   Array::open_blocking(f.rt, f.store, "a").resize_blocking({8});
   CHECK(error_of<InvalidArgument>([&] { old.resize_blocking({2}); }) == "a/zarr.json | ");
   CHECK(Array::open_blocking(f.rt, f.store, "a").shape() == std::vector<std::uint64_t>{8});
+}
+
+// A memory store that, once, runs `after` right after a write of `key`
+// lands (before the writer goes on).
+struct AfterWriteStore final : MemoryStore {
+  std::string key;
+  std::function<awaitable<void>()> after;
+  awaitable<void> set(std::string k, Bytes v) override {
+    co_await MemoryStore::set(k, std::move(v));
+    co_await run_hook(std::move(k));
+  }
+  awaitable<std::optional<Generation>> write(std::string k, std::optional<Bytes> v, WriteOptions o) override {
+    auto stored = co_await MemoryStore::write(k, std::move(v), std::move(o));
+    co_await run_hook(std::move(k));
+    co_return stored;
+  }
+  awaitable<void> run_hook(std::string k) {
+    if (k != key || !after) co_return;
+    auto hook = std::exchange(after, nullptr);
+    co_await hook();
+  }
+};
+
+awaitable<void> set_attributes_of(Runtime* rt, std::shared_ptr<Store> store, std::string path, json attributes) {
+  const Array a = co_await Array::open(*rt, std::move(store), std::move(path));
+  co_await a.set_attributes(std::move(attributes));
+}
+
+awaitable<void> resize_of(Runtime* rt, std::shared_ptr<Store> store, std::string path, std::vector<std::uint64_t> shape) {
+  const Array a = co_await Array::open(*rt, std::move(store), std::move(path));
+  co_await a.resize(std::move(shape));
+}
+
+TEST_CASE("a consolidated copy takes the node as it is, not as this writer left it, when another writer replaced "
+          "it in between (was: the copy kept the older document for good)",
+          "[regression]") {
+  const int zarr_format = GENERATE(3, 2);
+  const std::string change = GENERATE("attributes", "resize");
+  CAPTURE(zarr_format, change);
+  Runtime rt;
+  auto store = std::make_shared<AfterWriteStore>();
+  Group::create_blocking(rt, store, "", json::object(), zarr_format);
+  Array::create_blocking(rt, store, "x", meta(DataTypeKind::int32, {8}, zarr_format));
+  Group::open_blocking(rt, store, "").consolidate_blocking();
+  const Array mine = Array::open_blocking(rt, store, "x");
+  // Right after this writer's node document lands, another writer changes
+  // the same node and updates the copy; then this writer updates the copy.
+  store->key = zarr_format == 3 ? "x/zarr.json" : change == "resize" ? "x/.zarray" : "x/.zattrs";
+  const std::shared_ptr<Store> shared = store;
+  if (change == "attributes") {
+    store->after = [&rt, shared] { return set_attributes_of(&rt, shared, "x", json{{"v", 2}}); };
+    mine.set_attributes_blocking(json{{"v", 1}});
+  } else {
+    store->after = [&rt, shared] { return resize_of(&rt, shared, "x", {32}); };
+    mine.resize_blocking({16});
+  }
+  REQUIRE_FALSE(store->after);  // the other writer ran
+  const Array node = Array::open_blocking(rt, store, "x");
+  const Array copy = Group::open_blocking(rt, store, "", Consolidated::require).open_array_blocking("x");
+  CHECK(node.metadata().attributes == (change == "attributes" ? json{{"v", 2}} : json::object()));
+  CHECK(node.shape() == std::vector<std::uint64_t>{change == "resize" ? 32u : 8u});
+  CHECK(copy.metadata().attributes == node.metadata().attributes);
+  CHECK(copy.shape() == node.shape());
 }
 
 TEST_CASE("creating a group where an implicit group holds nodes keeps their entries in the copy") {
