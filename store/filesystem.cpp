@@ -91,8 +91,14 @@ void close_fd(int fd) {
 // The generation of the file `st` describes: a new file (every write
 // renames a new one into place) has a new inode, or the one of a file
 // removed before (ext4 reuses them at once), and a new modification time
-// (unique_mtime: the file system's own clock may be too coarse).
+// (unique_mtime: the file system's own clock may be too coarse). Unknown
+// where the time has no part finer than a microsecond: the file system
+// keeps no finer times (seconds on ext4 with 128-byte inodes, FAT or some
+// network file systems; 10 ms on exFAT), so rewrites of one size within
+// its tick would repeat a generation, or (one file in a thousand written
+// by others) whatever the reason, as unknown is always safe.
 Generation generation_of(const struct stat& st) {
+  if (st.st_mtim.tv_nsec % 1000 == 0) return {};
   // "f<dev>:<ino>:<size>:<mtime s>.<mtime ns>" in hex; to_chars, not
   // snprintf, which was 1% of the I/O thread reading small chunks.
   char buf[96] = {'f'};
@@ -110,20 +116,23 @@ Generation generation_of(const struct stat& st) {
 }
 
 // A modification time for the file a write is about to rename into place,
-// later than any this process gave before: the real-time clock, or 1 ns
-// past the last one given. Set explicitly because the file system's own
-// timestamps may come from a coarse clock (a tick of 1-10 ms on kernels
-// before 6.13), where three rewrites of a value of one size within a tick
-// could repeat a generation (A, B, A: ext4 hands the freed inode back),
-// and a conditional write or a cached shard index would then take a value
-// for the one it replaced.
+// at least a microsecond later than any this process gave before (the
+// real-time clock, or past the last one given), and with 1 ns past the
+// microsecond: a file system that keeps it whole keeps the write's
+// generation apart from the value it replaced, and one that drops the
+// nanoseconds makes it unknown (generation_of). Set explicitly because the
+// file system's own timestamps may come from a coarse clock (a tick of
+// 1-10 ms on kernels before 6.13), where three rewrites of a value of one
+// size within a tick could repeat a generation (A, B, A: ext4 hands the
+// freed inode back), and a conditional write or a cached shard index would
+// then take a value for the one it replaced.
 timespec unique_mtime() {
   static std::atomic<std::int64_t> last{0};
   timespec now{};
   ::clock_gettime(CLOCK_REALTIME, &now);
-  const std::int64_t clock = std::int64_t{now.tv_sec} * 1'000'000'000 + now.tv_nsec;
+  const std::int64_t clock = (std::int64_t{now.tv_sec} * 1'000'000'000 + now.tv_nsec) / 1000 * 1000 + 1;
   std::int64_t prev = last.load(std::memory_order_relaxed), next;
-  do next = std::max(clock, prev + 1);
+  do next = std::max(clock, prev + 1000);
   while (!last.compare_exchange_weak(prev, next, std::memory_order_relaxed));
   return {static_cast<time_t>(next / 1'000'000'000), static_cast<long>(next % 1'000'000'000)};
 }

@@ -486,6 +486,39 @@ TEST_CASE("FilesystemStore: rewrites of a value of one size get ever later modif
   }
 }
 
+TEST_CASE("FilesystemStore: a value whose modification time has no part finer than a microsecond has an unknown "
+          "generation (was: on a file system that keeps seconds, A, B, A of one size within a second repeated A's)",
+          "[stores][filesystem][regression]") {
+  // Such a file system (ext4 with 128-byte inodes, FAT, exFAT, some network
+  // file systems) drops the nanoseconds each write sets, and ext4 hands a
+  // freed inode straight back: A's generation came back with the second A,
+  // and a conditional write on it replaced B unseen. Here the times such a
+  // file system would keep are set by hand.
+  const bool uring = GENERATE(false, true);
+  INFO((uring ? "io_uring" : "blocking pool"));
+  test::TempDir tmp("stores");
+  const fs::path root = tmp.path / "root";
+  StoreHarness h(filesystem_factory(root, uring ? kUring : kFallback));
+  const auto written = h.write("c/0", "AAAA", Generation{});
+  REQUIRE(written);
+  CHECK_FALSE(written->unknown());  // the time this write set is kept whole here
+  struct stat st {};
+  REQUIRE(::stat((root / "c/0").c_str(), &st) == 0);
+  CHECK(st.st_mtim.tv_nsec % 1000 == 1);
+  CHECK(h.read("c/0").generation == *written);
+  for (const long ns : {0L, 500'000'000L, 123'456'000L}) {  // seconds, 10 ms (exFAT), microseconds
+    INFO("ns " << ns);
+    const timespec times[2] = {{0, UTIME_OMIT}, {st.st_mtim.tv_sec, ns}};
+    REQUIRE(::utimensat(AT_FDCWD, (root / "c/0").c_str(), times, 0) == 0);
+    const ReadResult r = h.read("c/0");
+    REQUIRE(r.value);
+    CHECK(r.generation.unknown());
+  }
+  const timespec fine[2] = {{0, UTIME_OMIT}, {st.st_mtim.tv_sec, 123'456'789}};
+  REQUIRE(::utimensat(AT_FDCWD, (root / "c/0").c_str(), fine, 0) == 0);
+  CHECK_FALSE(h.read("c/0").generation.unknown());
+}
+
 TEST_CASE("FilesystemStore: an unconditional write never lands between a conditional write's check and its rename "
           "(was: the conditional write replaced it unseen)",
           "[stores][filesystem][regression]") {

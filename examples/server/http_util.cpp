@@ -142,7 +142,7 @@ bool etag_matches(std::string_view if_none_match, std::string_view etag) {
     std::string_view tag = trim(if_none_match.substr(0, comma));
     if_none_match = comma == std::string_view::npos ? std::string_view{} : if_none_match.substr(comma + 1);
     if (tag.starts_with("W/")) tag.remove_prefix(2);
-    if (tag == "*" || tag == etag) return true;
+    if (tag == "*" || (!etag.empty() && tag == etag)) return true;
   }
   return false;
 }

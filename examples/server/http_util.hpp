@@ -55,7 +55,7 @@ inline constexpr std::size_t kMaxRanges = 64;
 RangeSet resolve_ranges(std::string_view header, std::uint64_t size);
 
 // If-None-Match: true if "*" or one of the listed entity tags equals `etag`
-// (weak comparison, RFC 9110 13.1.2).
+// (weak comparison, RFC 9110 13.1.2); an empty `etag` (none) matches "*" only.
 bool etag_matches(std::string_view if_none_match, std::string_view etag);
 
 // An IMF-fixdate, e.g. "Sun, 06 Nov 1994 08:49:37 GMT".

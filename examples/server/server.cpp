@@ -309,7 +309,10 @@ constexpr std::uint64_t kSlabBytes = 4 << 20;
 // The entity tag of a file: a hash (FNV-1a, stable across restarts) of its
 // store generation (device, inode, size, modification time), so that a value
 // renamed into place is a new tag even within one tick of the file clock.
+// None ("") where the generation is unknown (a file system that keeps only
+// coarse times): no tag is better than one that outlives a rewrite.
 std::string etag_of(const FilesystemStore::OpenFile& f) {
+  if (f.generation().unknown()) return {};
   std::uint64_t h = 0xcbf29ce484222325u;
   for (const char c : f.generation().token) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3u;
   char etag[48];
@@ -1136,7 +1139,7 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
     const auto modified_s = std::chrono::floor<std::chrono::seconds>(file->modified());
     Response res = respond(http::status::ok, is_metadata_key(key) ? "application/json" : "application/octet-stream");
     res.set(http::field::accept_ranges, "bytes");
-    res.set(http::field::etag, etag);
+    if (!etag.empty()) res.set(http::field::etag, etag);
     res.set(http::field::last_modified, last_modified);
 
     bool not_modified = false;
@@ -1158,7 +1161,7 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
     bool use_range = !head && !pre.range.empty();
     if (use_range && !pre.if_range.empty()) {
       const std::string_view v = pre.if_range;
-      if (v.starts_with('"') || v.starts_with("W/")) use_range = v == etag;
+      if (v.starts_with('"') || v.starts_with("W/")) use_range = !etag.empty() && v == etag;
       else use_range = parse_http_date(v) == std::optional(modified_s);
     }
     const RangeSet rs = use_range ? resolve_ranges(pre.range, file->size()) : RangeSet{};

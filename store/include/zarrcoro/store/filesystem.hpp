@@ -122,7 +122,12 @@ class FilesystemStore : public Store {
   boost::asio::any_io_executor get_executor() const override { return io_; }
   // Versioned and conditional forms (see Store). The generation is the
   // device, inode, size and modification time of the file, taken from the
-  // descriptor the read uses. A conditional write or erase holds an
+  // descriptor the read uses; each write sets a time unique in the process
+  // to the nanosecond. Where the file's time has no part finer than a
+  // microsecond, the generation is unknown: such a file system (ext4 with
+  // 128-byte inodes, FAT, exFAT, some network file systems) cannot tell
+  // rewrites within its tick apart, and a repeated generation would let a
+  // conditional write replace a value it never saw. A conditional write or erase holds an
   // exclusive flock(2) on the key's directory while it compares and
   // renames (or unlinks), and an unconditional one a shared lock while it
   // renames (or unlinks): so nothing lands at a key between a conditional
