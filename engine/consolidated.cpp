@@ -406,7 +406,7 @@ awaitable<void> rewrite_backoff(int attempt) {
   co_await timer.async_wait(boost::asio::use_awaitable);
 }
 
-awaitable<void> update_own_v2_copy(Store& store, std::string path, nlohmann::json attributes) {
+awaitable<void> update_own_v2_copy(Store& store, std::string path) {
   const std::string key = node_prefix(path) + kZmetadata;
   for (int attempt = 0;; ++attempt) {
     ReadOptions ro;
@@ -415,7 +415,11 @@ awaitable<void> update_own_v2_copy(Store& store, std::string path, nlohmann::jso
     json doc = parse_doc(*r.value, key);
     json* entries = copy_entries(doc, true);
     if (!entries) co_return;
-    if (attributes.empty()) entries->erase(".zattrs");
+    // The attributes as they are now, read after this version of the copy
+    // (as visit_copies reads a node).
+    const std::optional<NodeDocs> group = co_await load_node_docs(store, path);
+    const json attributes = group ? group->attrs : json();
+    if (attributes.is_null() || attributes.empty()) entries->erase(".zattrs");
     else (*entries)[".zattrs"] = attributes;
     WriteOptions wo;
     wo.if_equal = r.generation;

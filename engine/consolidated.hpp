@@ -114,9 +114,10 @@ awaitable<void> update_consolidated(Store& store, std::string path, bool drop_be
 awaitable<void> rewrite_backoff(int attempt);
 
 // A v2 group's own `.zmetadata` at `path`, when there is one: its `.zattrs`
-// entry replaced by `attributes` (dropped when empty), with a write
-// conditional on the generation read (retried as above).
-awaitable<void> update_own_v2_copy(Store& store, std::string path, nlohmann::json attributes);
+// entry replaced by the group's attributes as they are when the copy is
+// read (dropped when there are none), with a write conditional on the
+// generation read (retried as above).
+awaitable<void> update_own_v2_copy(Store& store, std::string path);
 
 // A metadata document with non-finite fill values as the strings "NaN",
 // "Infinity", "-Infinity" (Zarr v2 and v3 spec; case B02).

@@ -329,7 +329,7 @@ awaitable<Group> Group::set_group_attributes(Runtime& rt, std::shared_ptr<Store>
     const bool there = co_await store->exists(key);
     if (!there) throw NotFound(key, "", "no group metadata at '" + key + "'");
     co_await detail::store_zattrs(*store, path, attributes);
-    co_await detail::update_own_v2_copy(*store, path, attributes);
+    co_await detail::update_own_v2_copy(*store, path);
   } else {
     // The document as stored with only its attributes replaced (its
     // consolidated metadata stays), written if it is still the one read.

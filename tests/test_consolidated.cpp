@@ -378,6 +378,33 @@ TEST_CASE("a consolidated copy takes the node as it is, not as this writer left 
   CHECK(copy.shape() == node.shape());
 }
 
+awaitable<void> set_group_attributes_of(Runtime* rt, std::shared_ptr<Store> store, json attributes) {
+  const Group g = co_await Group::open(*rt, std::move(store), "");
+  co_await g.set_attributes(std::move(attributes));
+}
+
+TEST_CASE("a v2 group's own consolidated copy takes its attributes as they are, not as this writer left them, "
+          "when another writer replaced them in between (was: the copy kept the older ones)",
+          "[regression]") {
+  Runtime rt;
+  auto store = std::make_shared<AfterWriteStore>();
+  Group::create_blocking(rt, store, "", json::object(), 2);
+  Group::open_blocking(rt, store, "").consolidate_blocking();
+  const Group mine = Group::open_blocking(rt, store, "");
+  store->key = ".zattrs";
+  const std::shared_ptr<Store> shared = store;
+  store->after = [&rt, shared] { return set_group_attributes_of(&rt, shared, json{{"v", 2}}); };
+  mine.set_attributes_blocking(json{{"v", 1}});
+  REQUIRE_FALSE(store->after);  // the other writer ran
+  const auto read = [&](const std::string& key) {
+    const auto b = asio::co_spawn(rt.io_executor(), store->get(key), asio::use_future).get();
+    REQUIRE(b);
+    return json::parse(std::string(reinterpret_cast<const char*>(b->data()), b->size()));
+  };
+  CHECK(read(".zattrs") == json{{"v", 2}});
+  CHECK(read(".zmetadata")["metadata"][".zattrs"] == json{{"v", 2}});
+}
+
 TEST_CASE("creating a group where an implicit group holds nodes keeps their entries in the copy") {
   Fixture f;
   Group::create_blocking(f.rt, f.store, "", json::object(), 2);
