@@ -228,8 +228,9 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
     // run()'s own end completes the op, unless its last batch was handed off.
     auto done = [self = shared_from_this()](std::exception_ptr e) {
       if (self->handed_off_) return;
-      if (self->remaining_ == 0 && self->active_ == 0) self->release_tables();  // no chunk stage runs
-      self->complete(e);
+      const bool idle = self->remaining_ == 0 && self->active_ == 0;  // no chunk stage runs
+      if (idle) self->release_tables();
+      self->complete(e, idle);
     };
     if (!slot.is_connected()) {
       asio::co_spawn(strand_, run(), std::move(done));
@@ -576,14 +577,15 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
   // chunk stage can still use them: the thread that completes the op may
   // still hold it when the caller's next call makes its own, which then
   // takes their blocks from the cache instead of faulting in new ones.
-  // The op lets go of the array's state (and so of the store) first: the
-  // caller may free what it lent the array as soon as it learns of the end,
-  // while this thread, still unwinding the op, may wait long for its core
-  // (a codec thread under SCHED_IDLE). Nothing uses st_ after this.
-  void complete(std::exception_ptr e) {
+  // The op lets go of the array's state (and so of the store) first, unless
+  // a chunk stage still runs (a run() that failed early): the caller may
+  // free what it lent the array as soon as it learns of the end, while this
+  // thread, still unwinding the op, may wait long for its core (a codec
+  // thread under SCHED_IDLE). Nothing uses st_ after this.
+  void complete(std::exception_ptr e, bool idle = true) {
     auto c = std::move(*completion_);
     completion_.reset();
-    st_.reset();
+    if (idle) st_.reset();
     std::move(c)(e);
   }
 
