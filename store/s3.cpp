@@ -650,10 +650,10 @@ awaitable<std::optional<Generation>> S3Store::write(std::string key, std::option
     // S3 may answer 200 and still report an error in the body.
     const bool error = done.status != 200 || as_text(done.body).find("<Error>") != std::string_view::npos;
     if (!error) co_return Generation{};  // the ETag of a completed upload is in its XML: not needed
-    // A retried completion finds the upload gone when the first attempt did
+    // A completion sent again finds the upload gone when an earlier send did
     // complete it but its answer was lost: accept the object if it is exactly
     // the one these parts make (S3's multipart ETag: MD5 of the parts' MD5s).
-    if (done.attempts > 1 && xml_first(as_text(done.body), "Code") == "NoSuchUpload") {
+    if (done.resent && xml_first(as_text(done.body), "Code") == "NoSuchUpload") {
       http::Request head_req = d->make(bh::verb::head, object, {}, {}, nullptr, {}, key);
       http::Response head = co_await d->send(std::move(head_req));
       if (head.status == 200 && head.header("ETag") == multipart_etag(etags) &&
