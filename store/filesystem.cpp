@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sys/file.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -88,27 +90,40 @@ void close_fd(int fd) {
   if (fd >= 0) ::close(fd);
 }
 
-// The generation of the file `st` describes: a new file (every write
-// renames a new one into place) has a new inode, or the one of a file
-// removed before (ext4 reuses them at once), and a new modification time
-// (unique_mtime: the file system's own clock may be too coarse). Unknown
-// where the time has no part finer than a microsecond: the file system
+// The inode's version (FS_IOC_GETVERSION, i_generation: ext4, XFS, btrfs
+// give each new inode a fresh one, also when they reuse its number), or
+// nullopt where the file system has none.
+std::optional<unsigned long long> inode_version(int fd) {
+  int version = 0;
+  if (fd < 0 || ::ioctl(fd, FS_IOC_GETVERSION, &version) != 0) return std::nullopt;
+  return static_cast<unsigned int>(version);
+}
+
+// The generation of the file `st` describes (`fd` open on it): a new file
+// (every write renames a new one into place) has a new inode, or the one of
+// a file removed before (ext4 reuses them at once), and a new modification
+// time (unique_mtime: the file system's own clock may be too coarse).
+// Where the time has no part finer than a microsecond, the file system
 // keeps no finer times (seconds on ext4 with 128-byte inodes, FAT or some
-// network file systems; 10 ms on exFAT), so rewrites of one size within
-// its tick would repeat a generation, or (one file in a thousand written
-// by others) whatever the reason, as unknown is always safe.
-Generation generation_of(const struct stat& st) {
-  if (st.st_mtim.tv_nsec % 1000 == 0) return {};
-  // "f<dev>:<ino>:<size>:<mtime s>.<mtime ns>" in hex; to_chars, not
-  // snprintf, which was 1% of the I/O thread reading small chunks.
-  char buf[96] = {'f'};
+// network file systems; 10 ms on exFAT) and rewrites of one size within
+// its tick could repeat all of that: the inode's version (`version`, from
+// `fd` if not given) is added, and without one (FAT, exFAT) the
+// generation is unknown.
+Generation generation_of(const struct stat& st, int fd, std::optional<unsigned long long> version = {}) {
+  const bool coarse = st.st_mtim.tv_nsec % 1000 == 0;
+  if (coarse && !version) version = inode_version(fd);
+  if (coarse && !version) return {};
+  // "f<dev>:<ino>:<size>:<mtime s>.<mtime ns>[:<inode version>]" in hex;
+  // to_chars, not snprintf, which was 1% of the I/O thread reading small chunks.
+  char buf[112] = {'f'};
   char* at = buf + 1;
   const unsigned long long fields[] = {static_cast<unsigned long long>(st.st_dev),
                                        static_cast<unsigned long long>(st.st_ino),
                                        static_cast<unsigned long long>(st.st_size),
                                        static_cast<unsigned long long>(st.st_mtim.tv_sec),
-                                       static_cast<unsigned long long>(st.st_mtim.tv_nsec)};
-  for (std::size_t i = 0; i < std::size(fields); ++i) {
+                                       static_cast<unsigned long long>(st.st_mtim.tv_nsec),
+                                       coarse ? *version : 0};
+  for (std::size_t i = 0; i < std::size(fields) - (coarse ? 0 : 1); ++i) {
     if (i) *at++ = i == 4 ? '.' : ':';
     at = std::to_chars(at, buf + sizeof buf, fields[i], 16).ptr;
   }
@@ -119,8 +134,8 @@ Generation generation_of(const struct stat& st) {
 // at least a microsecond later than any this process gave before (the
 // real-time clock, or past the last one given), and with 1 ns past the
 // microsecond: a file system that keeps it whole keeps the write's
-// generation apart from the value it replaced, and one that drops the
-// nanoseconds makes it unknown (generation_of). Set explicitly because the
+// generation apart from the value it replaced by it alone, and one that
+// drops the nanoseconds shows that it did (generation_of). Set explicitly because the
 // file system's own timestamps may come from a coarse clock (a tick of
 // 1-10 ms on kernels before 6.13), where three rewrites of a value of one
 // size within a tick could repeat a generation (A, B, A: ext4 hands the
@@ -145,6 +160,8 @@ timespec unique_mtime() {
 // is killed, so a dead writer never blocks others; a live holder that does
 // not let go within kLockWait (stopped by a debugger, say) makes the write
 // fail. Without `wait`, only a lock that is free is taken (held() says).
+// flock(2) prefers no one: a steady stream of unconditional writes into one
+// directory from other processes can hold a conditional one off until then.
 constexpr auto kLockWait = std::chrono::seconds(30);
 class DirLock {
  public:
@@ -154,8 +171,20 @@ class DirLock {
     auto pause = std::chrono::microseconds(20);
     while (::flock(fd_, op) != 0) {
       const int err = errno;
-      if (err != EWOULDBLOCK && err != EINTR) fail(key, "cannot lock the key's directory", err);
-      if (err == EWOULDBLOCK && !wait) {
+      if (err == EINTR) continue;
+      if (err != EWOULDBLOCK) {
+        // A file system without flock (ENOLCK: NFS without a lock daemon;
+        // EOPNOTSUPP: some FUSE or CIFS mounts): a conditional write cannot
+        // be honoured there, but an unconditional one goes on unlocked.
+        if (exclusive) fail(key, "cannot lock the key's directory", err);
+        static std::atomic<bool> warned{false};
+        if (!warned.exchange(true))
+          spdlog::warn("zarrcoro: cannot lock the directory of '{}' ({}): writes there go on without the lock",
+                       key, std::strerror(err));
+        unlocked_ = true;
+        return;
+      }
+      if (!wait) {
         fd_ = -1;
         return;
       }
@@ -166,14 +195,16 @@ class DirLock {
     }
   }
   ~DirLock() {
-    if (fd_ >= 0) ::flock(fd_, LOCK_UN);
+    if (fd_ >= 0 && !unlocked_) ::flock(fd_, LOCK_UN);
   }
+  // False only when, without `wait`, the lock was taken by another.
   bool held() const { return fd_ >= 0; }
   DirLock(const DirLock&) = delete;
   DirLock& operator=(const DirLock&) = delete;
 
  private:
   int fd_;
+  bool unlocked_ = false;  // no flock on this file system: went on without
 };
 
 // Closes a descriptor at scope exit.
@@ -252,6 +283,7 @@ struct FilesystemStore::Temp {
   std::string key, name, temp_name;
   int dir_fd = -1, fd = -1;
   struct stat st {};  // of the temporary file, once closed
+  std::optional<unsigned long long> version;  // its inode's, where its times are coarse
   bool committed = false;
   explicit Temp(const std::string& k) : key(k), name(split_key(k).second) {}
   Temp(const Temp&) = delete;
@@ -483,7 +515,7 @@ std::optional<FilesystemStore::OpenFile> FilesystemStore::open_file(const std::s
   const auto since_epoch = std::chrono::seconds(st.st_mtim.tv_sec) + std::chrono::nanoseconds(st.st_mtim.tv_nsec);
   const std::chrono::system_clock::time_point modified(
       std::chrono::duration_cast<std::chrono::system_clock::duration>(since_epoch));
-  return std::optional<OpenFile>(std::in_place, fd, static_cast<std::uint64_t>(st.st_size), generation_of(st),
+  return std::optional<OpenFile>(std::in_place, fd, static_cast<std::uint64_t>(st.st_size), generation_of(st, fd),
                                 modified);
 }
 
@@ -493,7 +525,17 @@ std::optional<FilesystemStore::OpenFile> FilesystemStore::open_file(const std::s
 // followed, as a read of the key does.
 Generation FilesystemStore::generation_at(const std::string& key, int dir_fd, const std::string& name) const {
   struct stat st {};
-  if (::fstatat(dir_fd, name.c_str(), &st, 0) == 0) return S_ISREG(st.st_mode) ? generation_of(st) : Generation::absent();
+  if (::fstatat(dir_fd, name.c_str(), &st, 0) == 0) {
+    if (!S_ISREG(st.st_mode)) return Generation::absent();
+    if (st.st_mtim.tv_nsec % 1000 != 0) return generation_of(st, -1);
+    // Coarse times: the inode's version, from the file opened here (and
+    // stat'ed again on that descriptor: the name may have moved on).
+    const int fd = ::openat(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return errno == ENOENT ? Generation::absent() : Generation{};
+    const FdGuard guard{fd};
+    if (::fstat(fd, &st) != 0) return {};
+    return generation_of(st, fd);
+  }
   if (errno == ENOENT || errno == ENOTDIR || errno == ELOOP) return Generation::absent();
   fail(key, "cannot stat " + in_quotes(root_ / key), errno);
 }
@@ -505,7 +547,7 @@ int FilesystemStore::open_checked(const std::string& key, const ReadOptions& opt
   struct stat st {};
   const int fd = open_for_read(key, st);
   size = static_cast<std::uint64_t>(st.st_size);
-  result.generation = fd < 0 ? Generation::absent() : generation_of(st);
+  result.generation = fd < 0 ? Generation::absent() : generation_of(st, fd);
   if (!options.if_equal.unknown() && options.if_equal != result.generation) {
     close_fd(fd);
     result.changed = true;
@@ -631,6 +673,7 @@ std::optional<Generation> FilesystemStore::commit(Temp& temp, const Generation& 
     ::futimens(fd, times);  // where refused, the file system's own time stands
     const bool ok = ::fstat(fd, &temp.st) == 0 && (!durable_ || ::fdatasync(fd) == 0);
     const int err = errno;
+    if (ok && temp.st.st_mtim.tv_nsec % 1000 == 0) temp.version = inode_version(fd);  // coarse times
     if (::close(fd) != 0 || !ok) fail(key, "cannot write a temporary file for " + where, ok ? errno : err);
   }
   const DirLock lock(key, temp.dir_fd, !if_equal.unknown(), would_wait == nullptr);
@@ -643,7 +686,7 @@ std::optional<Generation> FilesystemStore::commit(Temp& temp, const Generation& 
     fail(key, "cannot replace " + where, errno);
   temp.committed = true;
   if (durable_ && ::fsync(temp.dir_fd) != 0) fail(key, "cannot sync the directory of " + where, errno);
-  return generation_of(temp.st);  // rename keeps the inode and the times
+  return generation_of(temp.st, -1, temp.version);  // rename keeps the inode, its version and the times
 }
 
 namespace {

@@ -22,7 +22,9 @@
 //
 // What each store guarantees: MemoryStore and FilesystemStore version every
 // value and honour conditional reads and writes (FilesystemStore through a
-// lock on the value's directory that the kernel drops if the writer dies).
+// lock on the value's directory that the kernel drops if the writer dies;
+// on a file system with coarse times and no inode versions, FAT and exFAT,
+// its generations are unknown).
 // HttpStore versions by ETag (conditional reads via If-Match); S3Store also
 // writes conditionally (If-Match / If-None-Match). A store that cannot
 // version values keeps the defaults below: generations are unknown,

@@ -123,11 +123,12 @@ class FilesystemStore : public Store {
   // Versioned and conditional forms (see Store). The generation is the
   // device, inode, size and modification time of the file, taken from the
   // descriptor the read uses; each write sets a time unique in the process
-  // to the nanosecond. Where the file's time has no part finer than a
-  // microsecond, the generation is unknown: such a file system (ext4 with
-  // 128-byte inodes, FAT, exFAT, some network file systems) cannot tell
-  // rewrites within its tick apart, and a repeated generation would let a
-  // conditional write replace a value it never saw. A conditional write or erase holds an
+  // to the microsecond (1 ns past it). Where the file's time has no part
+  // finer than a microsecond, the file system keeps no finer times (ext4
+  // with 128-byte inodes, FAT, exFAT, some network file systems) and
+  // rewrites within its tick could repeat all of that: the inode's version
+  // (FS_IOC_GETVERSION; ext4, XFS, btrfs) is added, and without one the
+  // generation is unknown (conditions then cannot be honoured). A conditional write or erase holds an
   // exclusive flock(2) on the key's directory while it compares and
   // renames (or unlinks), and an unconditional one a shared lock while it
   // renames (or unlinks): so nothing lands at a key between a conditional
