@@ -1162,7 +1162,9 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
     if (use_range && !pre.if_range.empty()) {
       const std::string_view v = pre.if_range;
       if (v.starts_with('"') || v.starts_with("W/")) use_range = !etag.empty() && v == etag;
-      else use_range = parse_http_date(v) == std::optional(modified_s);
+      else  // a date validates only a file at least a second older than now (RFC 9110 13.1.5: strong)
+        use_range = parse_http_date(v) == std::optional(modified_s) &&
+                    file->modified() + std::chrono::seconds(1) <= std::chrono::system_clock::now();
     }
     const RangeSet rs = use_range ? resolve_ranges(pre.range, file->size()) : RangeSet{};
     if (rs.kind == RangeSet::Kind::malformed || rs.kind == RangeSet::Kind::unsatisfiable) {
@@ -1199,7 +1201,10 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
     const std::uint64_t length = body.size();
     res.content_length(length);
     if (head) co_return reply("key", std::move(res));
-    if (length > kInMemoryBody) co_return Reply{"key", std::move(res), nullptr, std::move(body)};
+    // Large, or of a file whose version the store cannot name (unknown
+    // generation): sent from the open file, which stays that version.
+    if (length > kInMemoryBody || file->generation().unknown())
+      co_return Reply{"key", std::move(res), nullptr, std::move(body)};
 
     // Small: the pieces in memory, from the page cache at once, or through
     // the store (io_uring) from the same file version when the disk must wait.
