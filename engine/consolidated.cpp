@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <set>
 
 #include <boost/asio/steady_timer.hpp>
 
@@ -78,6 +79,13 @@ Bytes strict_bytes(const json& doc, const std::string& key, bool v2) {
   }
 }
 
+// True for a key of a node's metadata document (v3 zarr.json; v2 .zarray,
+// .zgroup, .zattrs).
+bool is_metadata_key(const std::string& key) {
+  const std::string_view name = std::string_view(key).substr(key.rfind('/') + 1);
+  return name == "zarr.json" || name == ".zarray" || name == ".zgroup" || name == ".zattrs";
+}
+
 bool below(const std::string& name, const std::string& rel) {
   return name.size() > rel.size() && name.compare(0, rel.size(), rel) == 0 && name[rel.size()] == '/';
 }
@@ -101,12 +109,17 @@ bool has_entry(const json& metadata, bool v2, const std::string& rel) {
 
 // Replaces `rel`'s entries in the consolidated copy `metadata` (a v3
 // group's or a `.zmetadata`'s) by those of `docs` (none if null); with
-// `drop_below`, also drops the entries below `rel` (their nodes were erased).
-void update_entries(json& metadata, bool v2, const std::string& rel, const NodeDocs* docs, bool drop_below) {
+// `drop_below`, also drops the entries below `rel` whose documents are not
+// among `stored` (the metadata keys below the node, relative to the copy's
+// group, as listed now): the nodes the replacement erased go, and a node
+// another writer made there since stays.
+void update_entries(json& metadata, bool v2, const std::string& rel, const NodeDocs* docs, bool drop_below,
+                    const std::set<std::string>& stored = {}) {
   json kept = json::object();
   for (auto& [name, value] : metadata.items()) {
     const bool own = v2 ? (name == rel + "/.zarray" || name == rel + "/.zgroup" || name == rel + "/.zattrs") : name == rel;
-    if (own || (drop_below && below(name, rel))) continue;
+    const bool gone = drop_below && below(name, rel) && !stored.contains(v2 ? name : name + "/zarr.json");
+    if (own || gone) continue;
     const bool node_doc = !v2 || name.ends_with(".zarray");
     kept[name] = node_doc ? with_string_fill(std::move(value)) : std::move(value);
   }
@@ -146,6 +159,13 @@ awaitable<void> visit_copies(Store& store, std::string path, bool update, bool d
         // updated the copy already, and must not be undone.
         std::optional<NodeDocs> current;
         if (update) current = co_await load_node_docs(store, path);
+        std::set<std::string> stored;  // metadata keys below the node now, relative to the copy's group
+        if (update && drop_below) {
+          const std::string from = node_prefix(ancestor);
+          const std::vector<std::string> keys_below = co_await store.list(node_prefix(path));
+          for (const auto& k : keys_below)
+            if (is_metadata_key(k)) stored.insert(k.substr(from.size()));
+        }
         // A reader nests each entry under its parent group's entry
         // (zarr-python 3 fails on a missing one): add the parents, or leave
         // a v3 node below an implicit group out.
@@ -159,7 +179,7 @@ awaitable<void> visit_copies(Store& store, std::string path, bool update, bool d
           if (found && found->node_type == NodeType::group) update_entries(*entries, v2, parent, &*found, false);
           else if (!v2) placed = false;
         }
-        update_entries(*entries, v2, rel, placed && current ? &*current : nullptr, drop_below);
+        update_entries(*entries, v2, rel, placed && current ? &*current : nullptr, drop_below, stored);
         Bytes bytes = strict_bytes(doc, key, v2);
         if (!update) {
           keys->push_back(key);

@@ -405,6 +405,33 @@ TEST_CASE("a v2 group's own consolidated copy takes its attributes as they are, 
   CHECK(read(".zmetadata")["metadata"][".zattrs"] == json{{"v", 2}});
 }
 
+awaitable<void> create_array_at(Runtime* rt, std::shared_ptr<Store> store, std::string path, ArrayMetadata m) {
+  co_await Array::create(*rt, std::move(store), std::move(path), std::move(m));
+}
+
+TEST_CASE("a create with overwrite drops from the copy only the nodes it erased, not one another writer made "
+          "below it since (was: that node's entry was dropped for good)",
+          "[regression]") {
+  const int zarr_format = GENERATE(3, 2);
+  CAPTURE(zarr_format);
+  Runtime rt;
+  auto store = std::make_shared<AfterWriteStore>();
+  Group::create_blocking(rt, store, "", json::object(), zarr_format);
+  Group::create_blocking(rt, store, "g", json::object(), zarr_format);
+  Array::create_blocking(rt, store, "g/old", meta(DataTypeKind::int32, {8}, zarr_format));
+  Group::open_blocking(rt, store, "").consolidate_blocking();
+  // Right after the overwrite's group document lands, another writer makes g/new.
+  store->key = zarr_format == 3 ? "g/zarr.json" : "g/.zgroup";
+  const std::shared_ptr<Store> shared = store;
+  store->after = [&rt, shared, zarr_format] {
+    return create_array_at(&rt, shared, "g/new", meta(DataTypeKind::int32, {4}, zarr_format));
+  };
+  Group::create_blocking(rt, store, "g", json::object(), zarr_format, CreateMode::overwrite);
+  REQUIRE_FALSE(store->after);  // the other writer ran
+  CHECK(show(Group::open_blocking(rt, store, "", Consolidated::require).members_blocking(true)) ==
+        "g group v" + std::to_string(zarr_format) + "; g/new array v" + std::to_string(zarr_format) + "; ");
+}
+
 TEST_CASE("creating a group where an implicit group holds nodes keeps their entries in the copy") {
   Fixture f;
   Group::create_blocking(f.rt, f.store, "", json::object(), 2);
