@@ -79,13 +79,6 @@ Bytes strict_bytes(const json& doc, const std::string& key, bool v2) {
   }
 }
 
-// True for a key of a node's metadata document (v3 zarr.json; v2 .zarray,
-// .zgroup, .zattrs).
-bool is_metadata_key(const std::string& key) {
-  const std::string_view name = std::string_view(key).substr(key.rfind('/') + 1);
-  return name == "zarr.json" || name == ".zarray" || name == ".zgroup" || name == ".zattrs";
-}
-
 bool below(const std::string& name, const std::string& rel) {
   return name.size() > rel.size() && name.compare(0, rel.size(), rel) == 0 && name[rel.size()] == '/';
 }
@@ -164,7 +157,7 @@ awaitable<void> visit_copies(Store& store, std::string path, bool update, bool d
           const std::string from = node_prefix(ancestor);
           const std::vector<std::string> keys_below = co_await store.list(node_prefix(path));
           for (const auto& k : keys_below)
-            if (is_metadata_key(k)) stored.insert(k.substr(from.size()));
+            if (is_node_doc_name(std::string_view(k).substr(k.rfind('/') + 1))) stored.insert(k.substr(from.size()));
         }
         // A reader nests each entry under its parent group's entry
         // (zarr-python 3 fails on a missing one): add the parents, or leave

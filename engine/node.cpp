@@ -115,8 +115,7 @@ awaitable<void> prepare_create(Store& store, std::string path, CreateMode mode) 
   std::vector<std::string> keys = co_await store.list(prefix), docs, rest;
   for (auto& key : keys) {
     const std::string_view name = std::string_view(key).substr(prefix.size());
-    const bool own_doc = name == "zarr.json" || name == ".zarray" || name == ".zgroup" || name == ".zattrs";
-    (own_doc ? docs : rest).push_back(std::move(key));
+    (is_node_doc_name(name) ? docs : rest).push_back(std::move(key));
   }
   if (!docs.empty()) co_await store.erase_many(std::move(docs));
   if (!rest.empty()) co_await store.erase_many(std::move(rest));

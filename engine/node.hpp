@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include <zarrcoro/array.hpp>
 #include <zarrcoro/metadata.hpp>
@@ -31,6 +32,11 @@ awaitable<void> store_array_metadata(Store& store, std::string path, ArrayMetada
 // The metadata document names that make a node, in the order they are
 // looked for: v3 `zarr.json`, v2 `.zarray`, v2 `.zgroup`.
 inline constexpr const char* kNodeDocs[] = {"zarr.json", ".zarray", ".zgroup"};
+// True if `name` (a key's last segment) names a node's own metadata
+// document: zarr.json, .zarray, .zgroup or .zattrs.
+inline bool is_node_doc_name(std::string_view name) {
+  return name == "zarr.json" || name == ".zarray" || name == ".zgroup" || name == ".zattrs";
+}
 
 // Readies `path` for a new node: with fail_if_exists raises AlreadyExists
 // naming the first metadata document found there; with overwrite removes
