@@ -1,6 +1,7 @@
 // Runtime: the io_context, the codec pool, their threads, and the loop-lag probe.
 #include <zarrcoro/runtime.hpp>
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <sys/resource.h>
@@ -10,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <latch>
 #include <memory>
@@ -92,10 +94,12 @@ struct Runtime::Impl {
   std::chrono::steady_clock::time_point lag_due;
   mutable std::mutex lag_mu;
   std::vector<float> lag_samples;  // ring buffer, microseconds
+  std::vector<float> own_samples;  // the same, less the thread's wait for a CPU (LoopLag::own_*)
   std::size_t lag_next = 0;
   double lag_max = 0;
   std::uint64_t lag_count = 0;
   bool lag_paused = false;
+  std::uint64_t lag_ticks = 0;  // probe firings; touched only by the probe's handler
   bool stopping = false;
 
   static unsigned codec_threads(const RuntimeOptions& o) {
@@ -114,6 +118,7 @@ struct Runtime::Impl {
     setup_codec_threads();
     if (options.lag_probe_interval.count() > 0) {
       lag_samples.reserve(1 << 16);
+      own_samples.reserve(1 << 16);
       arm_lag_probe();
     }
     if (owned_io) {
@@ -159,6 +164,32 @@ struct Runtime::Impl {
     started->wait();
   }
 
+  // Microseconds the calling I/O thread waited runnable for a CPU since its
+  // reading at probe tick `tick - 1` (schedstat's run_delay); 0 if it did
+  // not read then (another I/O thread did, or this is its first) or the
+  // kernel has no schedstat. One pread of an fd the thread keeps open.
+  static double cpu_wait_since_last_probe(std::uint64_t tick) {
+    struct Reader {
+      int fd = ::open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+      std::uint64_t last_tick = 0, last_delay_ns = 0;
+      ~Reader() {
+        if (fd >= 0) ::close(fd);
+      }
+    };
+    thread_local Reader r;
+    char buf[96];
+    const ssize_t n = r.fd < 0 ? -1 : ::pread(r.fd, buf, sizeof buf - 1, 0);
+    if (n <= 0) return 0;
+    buf[n] = 0;
+    unsigned long long run_ns = 0, delay_ns = 0;
+    if (std::sscanf(buf, "%llu %llu", &run_ns, &delay_ns) != 2) return 0;
+    const bool consecutive = r.last_tick != 0 && r.last_tick + 1 == tick && delay_ns >= r.last_delay_ns;
+    const double waited = consecutive ? static_cast<double>(delay_ns - r.last_delay_ns) / 1e3 : 0;
+    r.last_tick = tick;
+    r.last_delay_ns = delay_ns;
+    return waited;
+  }
+
   void arm_lag_probe() {
     lag_due = std::chrono::steady_clock::now() + options.lag_probe_interval;
     lag_timer.expires_at(lag_due);
@@ -166,12 +197,20 @@ struct Runtime::Impl {
       if (ec) return;
       const double late =
           std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - lag_due).count();
+      const double waited = cpu_wait_since_last_probe(++lag_ticks);
       {
         std::lock_guard lk(lag_mu);
         if (stopping) return;
         if (!lag_paused) {
-          if (lag_samples.size() < (1u << 16)) lag_samples.push_back(static_cast<float>(late));
-          else lag_samples[lag_next++ % lag_samples.size()] = static_cast<float>(late);
+          const auto own = static_cast<float>(std::max(0.0, late - waited));
+          if (lag_samples.size() < (1u << 16)) {
+            lag_samples.push_back(static_cast<float>(late));
+            own_samples.push_back(own);
+          } else {
+            const std::size_t at = lag_next++ % lag_samples.size();
+            lag_samples[at] = static_cast<float>(late);
+            own_samples[at] = own;
+          }
           lag_max = std::max(lag_max, late);
           ++lag_count;
         }
@@ -236,22 +275,25 @@ void Runtime::reset_stats() {
 }
 
 LoopLag Runtime::loop_lag() const {
-  std::vector<float> v;
+  std::vector<float> v, own;
   LoopLag out;
   {
     std::lock_guard lk(impl_->lag_mu);
     v = impl_->lag_samples;
+    own = impl_->own_samples;
     out.max_us = impl_->lag_max;
     out.samples = impl_->lag_count;
   }
   if (v.empty()) return out;
-  auto pct = [&](double p) {
-    const auto k = static_cast<std::size_t>(p * static_cast<double>(v.size() - 1));
-    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
-    return static_cast<double>(v[k]);
+  auto pct = [](std::vector<float>& s, double p) {
+    const auto k = static_cast<std::size_t>(p * static_cast<double>(s.size() - 1));
+    std::nth_element(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(k), s.end());
+    return static_cast<double>(s[k]);
   };
-  out.p50_us = pct(0.50);
-  out.p99_us = pct(0.99);
+  out.p50_us = pct(v, 0.50);
+  out.p99_us = pct(v, 0.99);
+  out.own_p50_us = pct(own, 0.50);
+  out.own_p99_us = pct(own, 0.99);
   return out;
 }
 
@@ -263,6 +305,7 @@ void Runtime::pause_loop_lag(bool paused) {
 void Runtime::reset_loop_lag() {
   std::lock_guard lk(impl_->lag_mu);
   impl_->lag_samples.clear();
+  impl_->own_samples.clear();
   impl_->lag_next = 0;
   impl_->lag_max = 0;
   impl_->lag_count = 0;

@@ -131,8 +131,17 @@ struct RuntimeStats {
 
 // Lateness of a periodic timer on the io_context: how long a ready handler
 // waits behind others. Microseconds.
+//
+// own_*: each sample less the time the I/O thread spent runnable but
+// waiting for a CPU since the probe's previous sample (Linux
+// /proc/thread-self/schedstat, run_delay), floored at 0: the lateness the
+// loop's own work (and the host's pauses, which the guest cannot see) left.
+// A wait that came before the timer was due counts too, so this can
+// understate; it equals the plain figure where the kernel reports no
+// schedstat or the sample's previous one ran on another I/O thread.
 struct LoopLag {
   double p50_us = 0, p99_us = 0, max_us = 0;
+  double own_p50_us = 0, own_p99_us = 0;
   std::uint64_t samples = 0;
 };
 
