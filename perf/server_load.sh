@@ -19,8 +19,10 @@
 # The load generator runs at nice 10 (on a small machine the prober and the
 # server are then not starved by wrk itself), for nginx too.
 # Prints requests/s and p50/p99 latency per run, the server's I/O-loop lag
-# from /metrics for each run (a fresh server per run; with --loop-realtime,
-# also how many times the loop left SCHED_FIFO), the CPU time the VM's
+# from /metrics for each run (a fresh server per run), that lag less the
+# loop thread's waits for a CPU (its own work's part), whether the loop ran
+# real-time (zarrcoro-server's default where permitted; SERVER_ARGS=
+# --no-loop-realtime turns it off) and how many times it left SCHED_FIFO, the CPU time the VM's
 # host took meanwhile (steal in /proc/stat: on the 2-core VM the project is
 # measured on, the host stops both vCPUs for about 100 ms a few times in 5 s
 # once both are busy, which lands in the probers' p99), and the targets of
@@ -161,15 +163,18 @@ stop_server() {
   kill -TERM "$SERVER_PID"
   wait "$SERVER_PID" || { echo "server_load: the server exited with status $?" >&2; exit 1; }
 }
-# "p50 p99 max exits" from /metrics: the loop lag in ms, and how many times
-# a real-time loop (SERVER_ARGS=--loop-realtime) left SCHED_FIFO.
+# "p50 p99 max exits own_p99 realtime" from /metrics: the loop lag in ms,
+# how many times a real-time loop left SCHED_FIFO, the lag p99 less the loop
+# thread's waits for a CPU, and 1 if the loop is under SCHED_FIFO now.
 loop_lag() {
   curl -s "$SERVER_URL/metrics" | awk '
     /^zarrcoro_io_loop_lag_seconds\{quantile="0.5"\}/ { p50 = $2 * 1000 }
     /^zarrcoro_io_loop_lag_seconds\{quantile="0.99"\}/ { p99 = $2 * 1000 }
     /^zarrcoro_io_loop_lag_seconds\{quantile="1"\}/ { mx = $2 * 1000 }
+    /^zarrcoro_io_loop_own_lag_seconds\{quantile="0.99"\}/ { own = $2 * 1000 }
     /^zarrcoro_io_loop_realtime_exits_total / { exits = $2 }
-    END { printf "%.2f %.2f %.2f %d", p50, p99, mx, exits }'
+    /^zarrcoro_io_loop_realtime / { rt = $2 }
+    END { printf "%.2f %.2f %.2f %d %.2f %d", p50, p99, mx, exits, own, rt }'
 }
 
 NGINX_PORT=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -264,20 +269,21 @@ server_run() {
   start_server
   probed_load "$SERVER_URL" "$script" "$list" "$SERVER_URL/healthz"
   local z=$LOAD_RESULT stolen=$STOLEN
-  local exits
-  read -r LAG_P50 LAG_P99 LAG_MAX exits <<< "$(loop_lag)"
+  local exits own rt
+  read -r LAG_P50 LAG_P99 LAG_MAX exits own rt <<< "$(loop_lag)"
   read -r LAST_RPS _ _ _ <<< "$z"
   local ratio=""
   [ -n "$nginx_rps" ] && ratio=$(printf 'x%.2f of nginx; ' "$(echo "$LAST_RPS / $nginx_rps" | bc -l)")
-  local realtime=""
-  [[ " ${SERVER_ARGS:-} " == *" --loop-realtime "* ]] && realtime="; left SCHED_FIFO $exits times"
+  local realtime="; normal loop thread"
+  [ "$rt" = 1 ] && realtime="; real-time loop, left SCHED_FIFO $exits times"
   row "$label" "$z" "${ratio}loop lag p50/p99/max $LAG_P50/$LAG_P99/$LAG_MAX ms$realtime"
   probe_row "  /healthz alongside (1 conn)" "$TMP/probe.txt"
+  printf "%-36s %s\n" "  loop lag p99 less CPU waits" "$own ms (the loop's own work; the rest waited for a core)"
   printf "%-36s %s\n" "  taken by the VM's host" "$stolen ms of CPU"
   HEALTH_P99=$PROBE_P99
   stop_server
   read -r _ zp50 zp99 zerr <<< "$z"
-  RECORDS+=("{\"run\": \"$label\", \"req_per_s\": $LAST_RPS, \"p50_us\": $zp50, \"p99_us\": $zp99, \"errors\": $zerr, \"nginx_req_per_s\": ${nginx_rps:-null}, \"loop_lag_p99_ms\": $LAG_P99, \"loop_lag_max_ms\": $LAG_MAX, \"healthz_p99_ms\": $HEALTH_P99, \"nginx_probe_p99_ms\": ${nginx_probe:-null}, \"stolen_ms\": $stolen, \"realtime_exits\": $exits}")
+  RECORDS+=("{\"run\": \"$label\", \"req_per_s\": $LAST_RPS, \"p50_us\": $zp50, \"p99_us\": $zp99, \"errors\": $zerr, \"nginx_req_per_s\": ${nginx_rps:-null}, \"loop_lag_p99_ms\": $LAG_P99, \"loop_lag_max_ms\": $LAG_MAX, \"loop_own_lag_p99_ms\": $own, \"healthz_p99_ms\": $HEALTH_P99, \"nginx_probe_p99_ms\": ${nginx_probe:-null}, \"stolen_ms\": $stolen, \"realtime\": $rt, \"realtime_exits\": $exits}")
 }
 
 echo

@@ -83,6 +83,11 @@ std::string Metrics::render(const RuntimeStats& stats, const LoopLag& lag, const
   sample(out, "zarrcoro_io_loop_lag_seconds{quantile=\"0.5\"}", lag.p50_us * 1e-6);
   sample(out, "zarrcoro_io_loop_lag_seconds{quantile=\"0.99\"}", lag.p99_us * 1e-6);
   sample(out, "zarrcoro_io_loop_lag_seconds{quantile=\"1\"}", lag.max_us * 1e-6);
+  metric(out, "zarrcoro_io_loop_own_lag_seconds", "gauge",
+         "The same lateness less the time the I/O thread waited for a CPU (schedstat run_delay): what the "
+         "loop's own work left.");
+  sample(out, "zarrcoro_io_loop_own_lag_seconds{quantile=\"0.5\"}", lag.own_p50_us * 1e-6);
+  sample(out, "zarrcoro_io_loop_own_lag_seconds{quantile=\"0.99\"}", lag.own_p99_us * 1e-6);
   metric(out, "zarrcoro_io_loop_lag_samples_total", "counter", "Loop-lag probe samples taken.");
   sample(out, "zarrcoro_io_loop_lag_samples_total", static_cast<double>(lag.samples));
   metric(out, "zarrcoro_io_loop_realtime", "gauge",
