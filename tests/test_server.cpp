@@ -1489,7 +1489,7 @@ TEST_CASE("server: a real-time loop leaves SCHED_FIFO while it uses more than ha
   const bool can_return = !unprivileged || rtprio.rlim_cur >= 1;
 
   server::ServerOptions opt;
-  opt.loop_realtime = true;
+  opt.loop_realtime = server::LoopRealtime::on;
   std::chrono::microseconds slice_before{-1}, slice_after{-2};
   int policy_after = -1;
   std::optional<TestServer> s;

@@ -26,7 +26,7 @@
 // It is for a server whose clients are elsewhere.
 //
 // Needs CAP_SYS_NICE or RLIMIT_RTPRIO >= 1; without them start() logs one
-// warning and the thread stays as it was. The priority is 1, the lowest
+// line (a warning where it was asked for) and the thread stays as it was. The priority is 1, the lowest
 // real-time one, with SCHED_RESET_ON_FORK. stop() returns the thread to
 // SCHED_OTHER, whatever policy it had before start().
 //
@@ -60,16 +60,20 @@ class LoopPriority : public std::enable_shared_from_this<LoopPriority> {
   static constexpr double kLeave = 0.5;    // SCHED_FIFO -> SCHED_OTHER above it
   static constexpr double kRejoin = 0.25;  // SCHED_OTHER -> SCHED_FIFO below it
 
-  explicit LoopPriority(boost::asio::io_context& io) : timer_(io) {}
+  // warn_if_refused: a refusal by the kernel is a warning (asked for), else
+  // an info line (the default where permitted).
+  LoopPriority(boost::asio::io_context& io, bool warn_if_refused) : timer_(io), warn_if_refused_(warn_if_refused) {}
 
   // On the loop's thread: enters SCHED_FIFO and starts the guard's window.
-  // Warns once and does nothing more if the kernel refuses.
+  // Logs once and does nothing more if the kernel refuses.
   void start() {
     boost::asio::post(timer_.get_executor(), [self = shared_from_this()] {
       if (self->stopped_) return;
       if (!self->enter_fifo()) {
-        spdlog::warn("server: cannot run the I/O loop under SCHED_FIFO: {} (needs CAP_SYS_NICE or RLIMIT_RTPRIO >= 1)",
-                     std::strerror(errno));
+        spdlog::log(self->warn_if_refused_ ? spdlog::level::warn : spdlog::level::info,
+                    "server: the I/O loop stays a normal thread: SCHED_FIFO was refused: {} (needs CAP_SYS_NICE or "
+                    "RLIMIT_RTPRIO >= 1)",
+                    std::strerror(errno));
         return;
       }
       self->begin_window();
@@ -142,6 +146,7 @@ class LoopPriority : public std::enable_shared_from_this<LoopPriority> {
   boost::asio::steady_timer timer_;
   std::chrono::nanoseconds cpu_start_{0};
   std::chrono::steady_clock::time_point wall_start_;
+  const bool warn_if_refused_;
   bool stopped_ = false, warned_ = false;
   std::atomic<bool> realtime_{false};
   std::atomic<std::uint64_t> exits_{0};

@@ -66,9 +66,11 @@ int main(int argc, char** argv) {
                  "next poll for events) waits for the next poll, so that timers and new clients come first, us (0: off)")
       ->check(CLI::Range(0u, 1000000u))
       ->capture_default_str();
-  app.add_flag("--loop-realtime", opt.loop_realtime,
-               "With one I/O thread: run the loop's thread under SCHED_FIFO while it uses at most half of its core "
-               "(needs CAP_SYS_NICE or RLIMIT_RTPRIO >= 1)");
+  bool loop_realtime = true;
+  app.add_flag("--loop-realtime,!--no-loop-realtime", loop_realtime,
+               "With one I/O thread: run the loop's thread under SCHED_FIFO while it uses at most half of its core. "
+               "Default: where permitted (CAP_SYS_NICE or RLIMIT_RTPRIO >= 1; else a normal thread and an info "
+               "line); --loop-realtime warns where refused");
   app.add_option("--max-connections", opt.max_connections, "Open connections; more get 503")->capture_default_str();
   app.add_option("--max-header-bytes", opt.max_header_bytes, "Request header size limit (431 over it)")->capture_default_str();
   app.add_option("--max-response-mib", max_response_mib, "Largest slice response, MiB (400 over it)")
@@ -115,9 +117,13 @@ int main(int argc, char** argv) {
   if (io_threads == 1) opt.loop_round_budget = std::chrono::microseconds(round_budget_us);
   else if (app.count("--loop-round-budget-us") > 0 && round_budget_us > 0)
     spdlog::warn("--loop-round-budget-us is ignored with more than one I/O thread");
-  if (io_threads > 1 && opt.loop_realtime) {
-    spdlog::warn("--loop-realtime is ignored with more than one I/O thread");
-    opt.loop_realtime = false;
+  const bool realtime_asked = app.count("--loop-realtime") > 0;
+  opt.loop_realtime = !loop_realtime ? server::LoopRealtime::off
+                      : realtime_asked ? server::LoopRealtime::on
+                                       : server::LoopRealtime::when_permitted;
+  if (io_threads > 1 && opt.loop_realtime != server::LoopRealtime::off) {
+    if (realtime_asked) spdlog::warn("--loop-realtime is ignored with more than one I/O thread");
+    opt.loop_realtime = server::LoopRealtime::off;
   }
   if (verbose) spdlog::set_level(spdlog::level::debug);
   if (opt.access_log) spdlog::stdout_logger_mt("access")->set_pattern("%Y-%m-%dT%H:%M:%S.%e %v");

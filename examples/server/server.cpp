@@ -515,7 +515,9 @@ struct Server::Impl : std::enable_shared_from_this<Impl> {
         inbox(std::make_shared<LoopInbox>(rt.io_context())),
         round(opt.loop_round_budget.count() > 0 ? std::make_shared<LoopRound>(rt.io_context(), opt.loop_round_budget)
                                                 : nullptr),
-        priority(opt.loop_realtime ? std::make_shared<LoopPriority>(rt.io_context()) : nullptr) {
+        priority(opt.loop_realtime == LoopRealtime::off
+                     ? nullptr
+                     : std::make_shared<LoopPriority>(rt.io_context(), opt.loop_realtime == LoopRealtime::on)) {
     // sendfile(2) has no MSG_NOSIGNAL: a client gone mid-body must not kill us.
     std::signal(SIGPIPE, SIG_IGN);
     for (unsigned i = 0; i < transmit_threads; ++i)  // named for top -H and perf (best effort)

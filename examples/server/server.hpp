@@ -61,6 +61,14 @@
 
 namespace zarrcoro::server {
 
+// Whether the I/O loop's thread runs under SCHED_FIFO while the loop is light
+// (ServerOptions::loop_realtime, loop_priority.hpp).
+enum class LoopRealtime {
+  off,
+  when_permitted,  // tried; where the kernel refuses, one info line and a normal thread
+  on,              // tried; where the kernel refuses, one warning and a normal thread
+};
+
 struct ServerOptions {
   std::filesystem::path root;              // the directory served (must exist)
   std::string listen = "127.0.0.1:8080";   // "host:port" or "[v6]:port", host numeric or a name; port 0 picks a free one
@@ -101,16 +109,18 @@ struct ServerOptions {
   // Runs the loop's thread under SCHED_FIFO (priority 1) while the loop
   // uses at most half of its core, measured every 10 ms, and as a normal
   // thread (with its nice and time slice) while it uses more, until it
-  // uses less than a quarter (loop_priority.hpp). Under 1 MiB key GETs on
-  // two cores it cut the loop's lag p99 from 2.2-3.2 ms to 0.16-0.20 ms,
-  // but clients on the same cores wait more at the tail; a loop saturated
-  // by 4 KB GETs stays a normal thread. Needs CAP_SYS_NICE or
-  // RLIMIT_RTPRIO >= 1 (else a warning, and nothing changes). shutdown()
-  // (or the destructor) returns the thread to SCHED_OTHER. Only for an
-  // io_context that one thread runs. Shown in /metrics as
-  // zarrcoro_io_loop_realtime. Off by default (zarrcoro-server
-  // --loop-realtime).
-  bool loop_realtime = false;
+  // uses less than a quarter (loop_priority.hpp). On a kernel that does not
+  // preempt kernel code, a normal loop thread waits for its core behind
+  // other threads' system calls: under 1 MiB key GETs on two cores its lag
+  // p99 was 2.3-3.6 ms, of which its own work 0.1 ms; real-time, 0.1-0.2
+  // ms. A loop saturated by 4 KB GETs stays a normal thread. Needs
+  // CAP_SYS_NICE or RLIMIT_RTPRIO >= 1; without them the thread stays as it
+  // was (see LoopRealtime). shutdown() (or the destructor) returns the
+  // thread to SCHED_OTHER. Only for an io_context that one thread runs.
+  // Shown in /metrics as zarrcoro_io_loop_realtime. Off here, for a process
+  // that embeds the server and owns its threads' policies; zarrcoro-server
+  // runs with when_permitted unless given --no-loop-realtime.
+  LoopRealtime loop_realtime = LoopRealtime::off;
   bool access_log = false;                 // one line a request on the "access" spdlog logger
 };
 
