@@ -274,8 +274,9 @@ server_run() {
   read -r LAST_RPS _ _ _ <<< "$z"
   local ratio=""
   [ -n "$nginx_rps" ] && ratio=$(printf 'x%.2f of nginx; ' "$(echo "$LAST_RPS / $nginx_rps" | bc -l)")
-  local realtime="; normal loop thread"
-  [ "$rt" = 1 ] && realtime="; real-time loop, left SCHED_FIFO $exits times"
+  local realtime="; loop a normal thread at the end"
+  [ "$rt" = 1 ] && realtime="; loop real-time at the end"
+  [ "$exits" -gt 0 ] && realtime="$realtime, left SCHED_FIFO $exits times"
   row "$label" "$z" "${ratio}loop lag p50/p99/max $LAG_P50/$LAG_P99/$LAG_MAX ms$realtime"
   probe_row "  /healthz alongside (1 conn)" "$TMP/probe.txt"
   printf "%-36s %s\n" "  loop lag p99 less CPU waits" "$own ms (the loop's own work; the rest waited for a core)"

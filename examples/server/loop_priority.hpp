@@ -20,10 +20,13 @@
 // The guard acts between handlers: one handler that ran for most of a
 // second would still be throttled.
 //
-// The cost is the other threads': on a machine whose clients share the
-// cores (perf/server_load.sh on two), the low-rate /healthz prober, itself
-// a normal thread, saw more p99 misses with it (7 of 24 loads against 3).
-// It is for a server whose clients are elsewhere.
+// The cost is the other threads': a real-time loop takes a core from
+// whatever runs there, bounded by the guard. In perf/server_load.sh on two
+// cores (clients on the same cores), eleven runs alternated on 2026-12-05
+// gave the /healthz prober, itself a normal thread, a p99 under 5 ms
+// beside every load with it, and missed twice without it; four runs on
+// 2026-12-04 had shown the opposite (7 of 24 loads against 3, mostly the
+// VM's stops). zarrcoro-server uses it by default where permitted.
 //
 // Needs CAP_SYS_NICE or RLIMIT_RTPRIO >= 1; without them start() logs one
 // line (a warning where it was asked for) and the thread stays as it was. The priority is 1, the lowest
