@@ -11,7 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <cstdio>
+#include <charconv>
 #include <cstring>
 #include <latch>
 #include <memory>
@@ -99,7 +99,10 @@ struct Runtime::Impl {
   double lag_max = 0;
   std::uint64_t lag_count = 0;
   bool lag_paused = false;
-  std::uint64_t lag_ticks = 0;  // probe firings; touched only by the probe's handler
+  // The probe's previous reading of its thread's CPU wait; touched only by
+  // the probe's handler (one at a time).
+  std::optional<std::uint64_t> last_wait_ns;
+  std::thread::id last_wait_thread;
   bool stopping = false;
 
   static unsigned codec_threads(const RuntimeOptions& o) {
@@ -164,29 +167,37 @@ struct Runtime::Impl {
     started->wait();
   }
 
-  // Microseconds the calling I/O thread waited runnable for a CPU since its
-  // reading at probe tick `tick - 1` (schedstat's run_delay); 0 if it did
-  // not read then (another I/O thread did, or this is its first) or the
-  // kernel has no schedstat. One pread of an fd the thread keeps open.
-  static double cpu_wait_since_last_probe(std::uint64_t tick) {
-    struct Reader {
+  // The calling thread's schedstat run_delay: nanoseconds it has waited
+  // runnable for a CPU; nullopt without schedstat. One pread of an fd the
+  // thread keeps open.
+  static std::optional<std::uint64_t> cpu_wait_ns() {
+    struct Fd {
       int fd = ::open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
-      std::uint64_t last_tick = 0, last_delay_ns = 0;
-      ~Reader() {
+      ~Fd() {
         if (fd >= 0) ::close(fd);
       }
     };
-    thread_local Reader r;
+    thread_local Fd f;
     char buf[96];
-    const ssize_t n = r.fd < 0 ? -1 : ::pread(r.fd, buf, sizeof buf - 1, 0);
-    if (n <= 0) return 0;
-    buf[n] = 0;
-    unsigned long long run_ns = 0, delay_ns = 0;
-    if (std::sscanf(buf, "%llu %llu", &run_ns, &delay_ns) != 2) return 0;
-    const bool consecutive = r.last_tick != 0 && r.last_tick + 1 == tick && delay_ns >= r.last_delay_ns;
-    const double waited = consecutive ? static_cast<double>(delay_ns - r.last_delay_ns) / 1e3 : 0;
-    r.last_tick = tick;
-    r.last_delay_ns = delay_ns;
+    const ssize_t n = f.fd < 0 ? -1 : ::pread(f.fd, buf, sizeof buf, 0);
+    if (n <= 0) return std::nullopt;
+    // "run_ns delay_ns slices\n": the second field.
+    const char* const end = buf + n;
+    const char* p = std::find(static_cast<const char*>(buf), end, ' ');
+    std::uint64_t delay_ns = 0;
+    if (p == end || std::from_chars(p + 1, end, delay_ns).ec != std::errc{}) return std::nullopt;
+    return delay_ns;
+  }
+
+  // Microseconds the calling I/O thread waited for a CPU since the probe's
+  // previous sample, if that ran on this thread too; else 0.
+  double cpu_wait_since_last_probe() {
+    const auto now = cpu_wait_ns();
+    const auto self = std::this_thread::get_id();
+    const bool same = now && last_wait_ns && last_wait_thread == self && *now >= *last_wait_ns;
+    const double waited = same ? static_cast<double>(*now - *last_wait_ns) / 1e3 : 0;
+    last_wait_ns = now;
+    last_wait_thread = self;
     return waited;
   }
 
@@ -197,7 +208,7 @@ struct Runtime::Impl {
       if (ec) return;
       const double late =
           std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - lag_due).count();
-      const double waited = cpu_wait_since_last_probe(++lag_ticks);
+      const double waited = cpu_wait_since_last_probe();
       {
         std::lock_guard lk(lag_mu);
         if (stopping) return;
