@@ -22,16 +22,20 @@
 //
 // The cost is the other threads': a real-time loop takes a core from
 // whatever runs there, bounded by the guard. In perf/server_load.sh on two
-// cores (clients on the same cores), eleven runs alternated on 2026-12-05
-// gave the /healthz prober, itself a normal thread, a p99 under 5 ms
-// beside every load with it, and missed twice without it; four runs on
-// 2026-12-04 had shown the opposite (7 of 24 loads against 3, mostly the
-// VM's stops). zarrcoro-server uses it by default where permitted.
+// cores (clients on the same cores), the /healthz prober, itself a normal
+// thread, missed its 5 ms p99 about as often either way (7 of 60 loads
+// real-time, 5 of 54 normal, 2026-12-04/05); the loop's lag at 1 MiB fell
+// from 1.84-3.58 ms to 0.09-0.17 ms. zarrcoro-server uses it by default
+// where permitted.
 //
-// Needs CAP_SYS_NICE or RLIMIT_RTPRIO >= 1; without them start() logs one
-// line (a warning where it was asked for) and the thread stays as it was. The priority is 1, the lowest
-// real-time one, with SCHED_RESET_ON_FORK. stop() returns the thread to
-// SCHED_OTHER, whatever policy it had before start().
+// Needs CAP_SYS_NICE or RLIMIT_RTPRIO >= 1 (and real-time time in the
+// cgroup); where the kernel refuses, start() logs one line (a warning where
+// it was asked for) and the thread stays as it was. Where the process's
+// cgroup has a CPU quota (cgroup_cpu_quota), a real-time thread would
+// escape it: unless asked for, the loop then stays a normal thread. The
+// priority is 1, the lowest real-time one, with SCHED_RESET_ON_FORK.
+// stop() returns the thread to SCHED_OTHER, whatever policy it had before
+// start().
 //
 // Thread-safety: only for an io_context that one thread runs (the thread
 // whose policy changes is whichever runs the handlers). start() and stop()
@@ -47,7 +51,11 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
@@ -56,6 +64,59 @@
 
 namespace zarrcoro::server {
 
+// The CPU quota of this process's cgroup or of an ancestor within view, as
+// "FILE: VALUE" (cgroup v2 cpu.max other than "max ...", or v1
+// cpu.cfs_quota_us other than -1); nullopt if there is none or none can be
+// read. A SCHED_FIFO thread is outside such a quota (CFS bandwidth control
+// limits only normal threads), so a default real-time loop would let a
+// container exceed it.
+inline std::optional<std::string> cgroup_cpu_quota() {
+  struct Mount {
+    std::string root, point;
+  };
+  std::optional<Mount> v2, v1cpu;
+  std::ifstream mounts("/proc/self/mountinfo");
+  for (std::string line; std::getline(mounts, line);) {
+    // id parent major:minor root mount-point options [optional...] - fstype source super-options
+    std::istringstream in(line);
+    std::string id, parent, dev, root, point, word;
+    in >> id >> parent >> dev >> root >> point;
+    while (in >> word && word != "-") {
+    }
+    std::string fstype, source, super;
+    in >> fstype >> source >> super;
+    if (fstype == "cgroup2" && !v2) v2 = Mount{root, point};
+    if (fstype == "cgroup" && !v1cpu && ("," + super + ",").find(",cpu,") != std::string::npos)
+      v1cpu = Mount{root, point};
+  }
+  auto quota_in = [](const Mount& m, std::string path, const char* file,
+                     bool (*unlimited)(const std::string&)) -> std::optional<std::string> {
+    if (m.root != "/" && path.rfind(m.root, 0) == 0) path = path.substr(m.root.size());
+    while (true) {  // the cgroup, then each ancestor up to the mount's root
+      const std::string at = m.point + (path == "/" ? "" : path) + "/" + file;
+      std::ifstream f(at);
+      std::string value;
+      if (std::getline(f, value) && !unlimited(value)) return at + ": " + value;
+      if (path.empty() || path == "/") return std::nullopt;
+      path = path.substr(0, path.rfind('/'));
+    }
+  };
+  std::ifstream groups("/proc/self/cgroup");
+  for (std::string line; std::getline(groups, line);) {
+    // hierarchy-id:controllers:path
+    const auto a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    std::optional<std::string> q;
+    if (line.rfind("0::", 0) == 0 && v2)
+      q = quota_in(*v2, path, "cpu.max", [](const std::string& v) { return v.rfind("max", 0) == 0; });
+    else if (("," + controllers + ",").find(",cpu,") != std::string::npos && v1cpu)
+      q = quota_in(*v1cpu, path, "cpu.cfs_quota_us", [](const std::string& v) { return v == "-1"; });
+    if (q) return q;
+  }
+  return std::nullopt;
+}
+
 class LoopPriority : public std::enable_shared_from_this<LoopPriority> {
  public:
   // Shares of one core, measured over kWindow.
@@ -63,22 +124,35 @@ class LoopPriority : public std::enable_shared_from_this<LoopPriority> {
   static constexpr double kLeave = 0.5;    // SCHED_FIFO -> SCHED_OTHER above it
   static constexpr double kRejoin = 0.25;  // SCHED_OTHER -> SCHED_FIFO below it
 
-  // warn_if_refused: a refusal by the kernel is a warning (asked for), else
-  // an info line (the default where permitted).
-  LoopPriority(boost::asio::io_context& io, bool warn_if_refused) : timer_(io), warn_if_refused_(warn_if_refused) {}
+  // asked: the user asked for it (LoopRealtime::on): a refusal by the
+  // kernel is a warning, and a cgroup CPU quota does not stop it. Else
+  // (LoopRealtime::when_permitted) a refusal is an info line, and under a
+  // CPU quota the loop stays a normal thread.
+  LoopPriority(boost::asio::io_context& io, bool asked) : timer_(io), asked_(asked) {}
 
   // On the loop's thread: enters SCHED_FIFO and starts the guard's window.
-  // Logs once and does nothing more if the kernel refuses.
+  // Logs one line either way; does nothing more if the kernel refuses.
   void start() {
     boost::asio::post(timer_.get_executor(), [self = shared_from_this()] {
       if (self->stopped_) return;
+      if (const auto quota = cgroup_cpu_quota()) {
+        if (!self->asked_) {
+          spdlog::info("server: the I/O loop stays a normal thread: a real-time thread would escape the CPU quota "
+                       "({}); --loop-realtime overrides",
+                       *quota);
+          return;
+        }
+        spdlog::warn("server: the real-time I/O loop is outside the CPU quota ({})", *quota);
+      }
       if (!self->enter_fifo()) {
-        spdlog::log(self->warn_if_refused_ ? spdlog::level::warn : spdlog::level::info,
-                    "server: the I/O loop stays a normal thread: SCHED_FIFO was refused: {} (needs CAP_SYS_NICE or "
-                    "RLIMIT_RTPRIO >= 1)",
+        spdlog::log(self->asked_ ? spdlog::level::warn : spdlog::level::info,
+                    "server: the I/O loop stays a normal thread: the kernel refused SCHED_FIFO: {} (it needs "
+                    "CAP_SYS_NICE or RLIMIT_RTPRIO >= 1, and real-time time in the cgroup)",
                     std::strerror(errno));
         return;
       }
+      spdlog::info("server: the I/O loop runs under SCHED_FIFO while it uses at most half of its core "
+                   "(--no-loop-realtime: a normal thread)");
       self->begin_window();
     });
   }
@@ -149,7 +223,7 @@ class LoopPriority : public std::enable_shared_from_this<LoopPriority> {
   boost::asio::steady_timer timer_;
   std::chrono::nanoseconds cpu_start_{0};
   std::chrono::steady_clock::time_point wall_start_;
-  const bool warn_if_refused_;
+  const bool asked_;
   bool stopped_ = false, warned_ = false;
   std::atomic<bool> realtime_{false};
   std::atomic<std::uint64_t> exits_{0};

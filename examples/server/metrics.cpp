@@ -84,14 +84,15 @@ std::string Metrics::render(const RuntimeStats& stats, const LoopLag& lag, const
   sample(out, "zarrcoro_io_loop_lag_seconds{quantile=\"0.99\"}", lag.p99_us * 1e-6);
   sample(out, "zarrcoro_io_loop_lag_seconds{quantile=\"1\"}", lag.max_us * 1e-6);
   metric(out, "zarrcoro_io_loop_own_lag_seconds", "gauge",
-         "The same lateness less the time the I/O thread waited for a CPU (schedstat run_delay): what the "
-         "loop's own work left.");
+         "Each lateness sample less the time the I/O thread waited for a CPU since the previous sample "
+         "(schedstat run_delay; can understate): what the loop's own work left. Mostly the plain figure with more "
+         "than one I/O thread.");
   sample(out, "zarrcoro_io_loop_own_lag_seconds{quantile=\"0.5\"}", lag.own_p50_us * 1e-6);
   sample(out, "zarrcoro_io_loop_own_lag_seconds{quantile=\"0.99\"}", lag.own_p99_us * 1e-6);
   metric(out, "zarrcoro_io_loop_lag_samples_total", "counter", "Loop-lag probe samples taken.");
   sample(out, "zarrcoro_io_loop_lag_samples_total", static_cast<double>(lag.samples));
   metric(out, "zarrcoro_io_loop_realtime", "gauge",
-         "1 while the I/O loop's thread runs under SCHED_FIFO (--loop-realtime), else 0.");
+         "1 while the I/O loop's thread runs under SCHED_FIFO (the default where permitted), else 0.");
   sample(out, "zarrcoro_io_loop_realtime", sched.realtime ? 1 : 0);
   metric(out, "zarrcoro_io_loop_realtime_exits_total", "counter",
          "Times the I/O loop's thread left SCHED_FIFO because it used more than half of its core.");

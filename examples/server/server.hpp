@@ -65,8 +65,8 @@ namespace zarrcoro::server {
 // (ServerOptions::loop_realtime, loop_priority.hpp).
 enum class LoopRealtime {
   off,
-  when_permitted,  // tried; where the kernel refuses, one info line and a normal thread
-  on,              // tried; where the kernel refuses, one warning and a normal thread
+  when_permitted,  // tried unless the cgroup has a CPU quota; refused: one info line and a normal thread
+  on,              // tried; refused: one warning and a normal thread
 };
 
 struct ServerOptions {
@@ -115,7 +115,8 @@ struct ServerOptions {
   // p99 was 2.3-3.6 ms, of which its own work 0.1 ms; real-time, 0.1-0.2
   // ms. A loop saturated by 4 KB GETs stays a normal thread. Needs
   // CAP_SYS_NICE or RLIMIT_RTPRIO >= 1; without them the thread stays as it
-  // was (see LoopRealtime). shutdown() (or the destructor) returns the
+  // was (see LoopRealtime). A real-time thread is outside a cgroup's CPU
+  // quota: when_permitted leaves the loop normal under one. shutdown() (or the destructor) returns the
   // thread to SCHED_OTHER. Only for an io_context that one thread runs.
   // Shown in /metrics as zarrcoro_io_loop_realtime. Off here, for a process
   // that embeds the server and owns its threads' policies; zarrcoro-server

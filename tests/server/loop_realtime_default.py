@@ -2,10 +2,10 @@
 """zarrcoro-server's I/O loop scheduling by its command line (issue #15).
 
 By default the server runs its loop's thread under SCHED_FIFO while the loop
-is light, where the kernel permits it (CAP_SYS_NICE or RLIMIT_RTPRIO >= 1);
-where it does not, the thread stays normal and the server says so in one
-line, not a warning. --no-loop-realtime leaves it normal; --loop-realtime
-warns where refused. Read from /metrics (zarrcoro_io_loop_realtime).
+is light, where the kernel permits it (CAP_SYS_NICE or RLIMIT_RTPRIO >= 1)
+and the cgroup sets no CPU quota; it says which in one info line, never a
+warning. --no-loop-realtime leaves it normal; --loop-realtime warns where
+refused. Read from /metrics (zarrcoro_io_loop_realtime) and the log.
 
     loop_realtime_default.py SERVER
 """
@@ -29,6 +29,24 @@ def fifo_permitted():
         return False
 
 
+def cpu_quota():
+    """Whether this process's cgroup (v2 cpu.max, v1 cpu.cfs_quota_us) has a CPU quota, at its own level."""
+    for line in open("/proc/self/cgroup"):
+        hid, controllers, path = line.rstrip("\n").split(":", 2)
+        for base, name, unlimited in [("/sys/fs/cgroup", "cpu.max", lambda v: v.startswith("max")),
+                                      ("/sys/fs/cgroup/unified", "cpu.max", lambda v: v.startswith("max")),
+                                      ("/sys/fs/cgroup/cpu", "cpu.cfs_quota_us", lambda v: v == "-1")]:
+            if (hid == "0") != (name == "cpu.max") or (hid != "0" and "cpu" not in controllers.split(",")):
+                continue
+            try:
+                with open(os.path.join(base + path, name)) as f:
+                    if not unlimited(f.read().strip()):
+                        return True
+            except OSError:
+                pass
+    return False
+
+
 def realtime_gauge(server, args, root):
     """The server's zarrcoro_io_loop_realtime once it has settled, and its log."""
     p = subprocess.Popen([server, "--root", root, "--listen", "127.0.0.1:0"] + args, stdout=subprocess.PIPE,
@@ -50,31 +68,33 @@ def realtime_gauge(server, args, root):
         p.terminate()
         _, err = p.communicate(timeout=30)
         realtime_gauge.log = err
+        realtime_gauge.status = p.returncode
 
 
 def main():
     server = sys.argv[1]
-    permitted = fifo_permitted()
-    print("SCHED_FIFO permitted here: %s" % permitted)
+    fifo, quota = fifo_permitted(), cpu_quota()
+    print("SCHED_FIFO permitted here: %s; a CPU quota: %s" % (fifo, quota))
     failures = []
     with tempfile.TemporaryDirectory() as root:
-        for args, expect, warns in [([], 1 if permitted else 0, False),
-                                    (["--no-loop-realtime"], 0, False),
-                                    (["--loop-realtime"], 1 if permitted else 0, not permitted),
-                                    (["--io-threads", "2"], 0, False)]:
+        for args, expect, said_expected in [
+                ([], 1 if fifo and not quota else 0, ["info"]),
+                (["--no-loop-realtime"], 0, []),
+                (["--loop-realtime"], 1 if fifo else 0, (["warning"] if quota else []) + (["info"] if fifo else ["warning"])),
+                (["--io-threads", "2"], 0, [])]:
             got = realtime_gauge(server, args, root)
-            log = realtime_gauge.log
-            refused_line = "SCHED_FIFO was refused" in log
-            warned = refused_line and "warn" in log.split("SCHED_FIFO was refused")[0].splitlines()[-1]
-            print("%-22s zarrcoro_io_loop_realtime %s (expected %s); refusal logged: %s, as a warning: %s" %
-                  (" ".join(args) or "(default)", got, expect, refused_line, warned))
+            lines = [l for l in realtime_gauge.log.splitlines() if "server: the" in l and "I/O loop" in l]
+            said = [("warning" if "[warning]" in l else "info" if "[info]" in l else "?") for l in lines]
+            print("%-22s zarrcoro_io_loop_realtime %s (expected %s); said %s (expected %s); exit %s" %
+                  (" ".join(args) or "(default)", got, expect, said, said_expected, realtime_gauge.status))
             if got != expect:
                 failures.append("%s: zarrcoro_io_loop_realtime %s, expected %s" % (args, got, expect))
-            if refused_line != (expect == 0 and not permitted and "--no-loop-realtime" not in args
-                                and "--io-threads" not in args):
-                failures.append("%s: refusal line %s in %r" % (args, refused_line, log))
-            if warned != warns:
-                failures.append("%s: refusal as a warning %s, expected %s: %r" % (args, warned, warns, log))
+            if said != said_expected:
+                failures.append("%s: said %s, expected %s: %r" % (args, said, said_expected, realtime_gauge.log))
+            if got == 1 and not any("runs under SCHED_FIFO" in l for l in lines):
+                failures.append("%s: real-time without saying so: %r" % (args, realtime_gauge.log))
+            if realtime_gauge.status != 0:
+                failures.append("%s: exit status %s after SIGTERM" % (args, realtime_gauge.status))
     for f in failures:
         print("FAIL: " + f)
     return 1 if failures else 0
