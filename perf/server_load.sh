@@ -279,7 +279,7 @@ server_run() {
   [ "$exits" -gt 0 ] && realtime="$realtime, left SCHED_FIFO $exits times"
   row "$label" "$z" "${ratio}loop lag p50/p99/max $LAG_P50/$LAG_P99/$LAG_MAX ms$realtime"
   probe_row "  /healthz alongside (1 conn)" "$TMP/probe.txt"
-  printf "%-36s %s\n" "  loop lag p99 less CPU waits" "$own ms (the loop's own work; the rest waited for a core)"
+  printf "%-36s %s\n" "  loop lag p99 less CPU waits" "$own ms (each sample less the loop thread's waits for a CPU since the previous)"
   printf "%-36s %s\n" "  taken by the VM's host" "$stolen ms of CPU"
   HEALTH_P99=$PROBE_P99
   stop_server
