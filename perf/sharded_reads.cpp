@@ -64,25 +64,34 @@ std::vector<std::string> encoded_inner_chunks(const fs::path& root) {
   return out;
 }
 
-// Decodes every chunk once on `threads` threads, each into its own slot of
-// one output buffer (the same bytes written as a real read, without the
-// strided placement); returns decoded MB/s.
-double codec_only_mb_s(const std::vector<std::string>& chunks, unsigned threads, std::size_t decoded,
-                       std::vector<char>& out) {
+// Runs body(ctx, next) on `threads` threads, each with a ZSTD_DCtx of its
+// own, all taking work from the counter `next`; returns the seconds taken.
+template <class Body>
+double timed_on_threads(unsigned threads, Body body) {
   std::atomic<std::size_t> next{0};
   const auto t0 = Clock::now();
   std::vector<std::thread> pool;
   for (unsigned t = 0; t < threads; ++t)
     pool.emplace_back([&] {
       ZSTD_DCtx* ctx = ZSTD_createDCtx();
-      for (std::size_t i; (i = next++) < chunks.size();)
-        if (ZSTD_decompressDCtx(ctx, out.data() + i * decoded, decoded, chunks[i].data(), chunks[i].size()) !=
-            decoded)
-          std::abort();
+      body(ctx, next);
       ZSTD_freeDCtx(ctx);
     });
   for (auto& th : pool) th.join();
-  return static_cast<double>(chunks.size() * decoded) / kMiB / seconds_since(t0);
+  return seconds_since(t0);
+}
+
+// Decodes every chunk once on `threads` threads, each into its own slot of
+// one output buffer (the same bytes written as a real read, without the
+// strided placement); returns decoded MB/s.
+double codec_only_mb_s(const std::vector<std::string>& chunks, unsigned threads, std::size_t decoded,
+                       std::vector<char>& out) {
+  const double seconds = timed_on_threads(threads, [&](ZSTD_DCtx* ctx, std::atomic<std::size_t>& next) {
+    for (std::size_t i; (i = next++) < chunks.size();)
+      if (ZSTD_decompressDCtx(ctx, out.data() + i * decoded, decoded, chunks[i].data(), chunks[i].size()) != decoded)
+        std::abort();
+  });
+  return static_cast<double>(chunks.size() * decoded) / kMiB / seconds;
 }
 
 // A plain C++ reader of this array, for reference, on `threads` threads,
@@ -95,55 +104,48 @@ double codec_only_mb_s(const std::vector<std::string>& chunks, unsigned threads,
 // MiB/s.
 double plain_reader_mb_s(const std::vector<fs::path>& shards, unsigned threads, bool map, std::vector<std::byte>& out) {
   constexpr std::uint64_t per = kShard / kInner, n = per * per * per, row = kInner * 2;
-  std::atomic<std::size_t> next{0};
-  const auto t0 = Clock::now();
-  std::vector<std::thread> pool;
-  for (unsigned t = 0; t < threads; ++t)
-    pool.emplace_back([&] {
-      ZSTD_DCtx* ctx = ZSTD_createDCtx();
-      std::vector<char> file, scratch(kInner * kInner * row);
-      for (std::size_t s; (s = next++) < shards.size();) {
-        const int fd = ::open(shards[s].c_str(), O_RDONLY | O_CLOEXEC);
-        struct stat st {};
-        if (fd < 0 || ::fstat(fd, &st) != 0) std::abort();
-        const auto size = static_cast<std::size_t>(st.st_size);
-        void* mapped = nullptr;
-        const char* data = nullptr;
-        if (map) {
-          mapped = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
-          if (mapped == MAP_FAILED) std::abort();
-          data = static_cast<const char*>(mapped);
-        } else {
-          file.resize(size);
-          if (::pread(fd, file.data(), size, 0) != st.st_size) std::abort();
-          data = file.data();
-        }
-        ::close(fd);
-        // The shard's grid position from its key c/i/j/k.
-        const fs::path& p = shards[s];
-        const std::uint64_t sk = std::stoull(p.filename()), sj = std::stoull(p.parent_path().filename()),
-                            si = std::stoull(p.parent_path().parent_path().filename());
-        const char* index = data + size - (n * 16 + 4);
-        for (std::uint64_t i = 0; i < n; ++i) {
-          std::uint64_t off, len;
-          std::memcpy(&off, index + 16 * i, 8);
-          std::memcpy(&len, index + 16 * i + 8, 8);
-          if (off == ~0ull) std::abort();  // this benchmark writes every inner chunk
-          if (ZSTD_decompressDCtx(ctx, scratch.data(), scratch.size(), data + off, len) != scratch.size())
-            std::abort();
-          const std::uint64_t z0 = (si * per + i / (per * per)) * kInner, y0 = (sj * per + i / per % per) * kInner,
-                              x0 = (sk * per + i % per) * kInner;
-          for (std::uint64_t z = 0; z < kInner; ++z)
-            for (std::uint64_t y = 0; y < kInner; ++y)
-              std::memcpy(out.data() + (((z0 + z) * kN + y0 + y) * kN + x0) * 2, scratch.data() + (z * kInner + y) * row,
-                          row);
-        }
-        if (mapped) ::munmap(mapped, size);
+  const double seconds = timed_on_threads(threads, [&](ZSTD_DCtx* ctx, std::atomic<std::size_t>& next) {
+    std::vector<char> file, scratch(kInner * kInner * row);
+    for (std::size_t s; (s = next++) < shards.size();) {
+      const int fd = ::open(shards[s].c_str(), O_RDONLY | O_CLOEXEC);
+      struct stat st {};
+      if (fd < 0 || ::fstat(fd, &st) != 0) std::abort();
+      const auto size = static_cast<std::size_t>(st.st_size);
+      void* mapped = nullptr;
+      const char* data = nullptr;
+      if (map) {
+        mapped = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+        if (mapped == MAP_FAILED) std::abort();
+        data = static_cast<const char*>(mapped);
+      } else {
+        file.resize(size);
+        if (::pread(fd, file.data(), size, 0) != st.st_size) std::abort();
+        data = file.data();
       }
-      ZSTD_freeDCtx(ctx);
-    });
-  for (auto& th : pool) th.join();
-  return static_cast<double>(out.size()) / kMiB / seconds_since(t0);
+      ::close(fd);
+      // The shard's grid position from its key c/i/j/k.
+      const fs::path& p = shards[s];
+      const std::uint64_t sk = std::stoull(p.filename()), sj = std::stoull(p.parent_path().filename()),
+                          si = std::stoull(p.parent_path().parent_path().filename());
+      const char* index = data + size - (n * 16 + 4);
+      for (std::uint64_t i = 0; i < n; ++i) {
+        std::uint64_t off, len;
+        std::memcpy(&off, index + 16 * i, 8);
+        std::memcpy(&len, index + 16 * i + 8, 8);
+        if (off == ~0ull) std::abort();  // this benchmark writes every inner chunk
+        if (ZSTD_decompressDCtx(ctx, scratch.data(), scratch.size(), data + off, len) != scratch.size())
+          std::abort();
+        const std::uint64_t z0 = (si * per + i / (per * per)) * kInner, y0 = (sj * per + i / per % per) * kInner,
+                            x0 = (sk * per + i % per) * kInner;
+        for (std::uint64_t z = 0; z < kInner; ++z)
+          for (std::uint64_t y = 0; y < kInner; ++y)
+            std::memcpy(out.data() + (((z0 + z) * kN + y0 + y) * kN + x0) * 2, scratch.data() + (z * kInner + y) * row,
+                        row);
+      }
+      if (mapped) ::munmap(mapped, size);
+    }
+  });
+  return static_cast<double>(out.size()) / kMiB / seconds;
 }
 
 Region inner_region(std::uint64_t k) {
