@@ -69,8 +69,8 @@ int main(int argc, char** argv) {
   bool loop_realtime = true;
   app.add_flag("--loop-realtime,!--no-loop-realtime", loop_realtime,
                "With one I/O thread: run the loop's thread under SCHED_FIFO while it uses at most half of its core. "
-               "Default: where permitted (CAP_SYS_NICE or RLIMIT_RTPRIO >= 1; else a normal thread and an info "
-               "line); --loop-realtime warns where refused");
+               "Default: where permitted (CAP_SYS_NICE or RLIMIT_RTPRIO >= 1) and the cgroup sets no CPU quota; "
+               "else a normal thread and an info line. --loop-realtime: also under a quota, and warns where refused");
   app.add_option("--max-connections", opt.max_connections, "Open connections; more get 503")->capture_default_str();
   app.add_option("--max-header-bytes", opt.max_header_bytes, "Request header size limit (431 over it)")->capture_default_str();
   app.add_option("--max-response-mib", max_response_mib, "Largest slice response, MiB (400 over it)")
