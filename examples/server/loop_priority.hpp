@@ -23,7 +23,7 @@
 // The cost is the other threads': a real-time loop takes a core from
 // whatever runs there, bounded by the guard. In perf/server_load.sh on two
 // cores (clients on the same cores), the /healthz prober, itself a normal
-// thread, missed its 5 ms p99 about as often either way (7 of 60 loads
+// thread, missed its 5 ms p99 about as often either way (7 of 72 loads
 // real-time, 5 of 54 normal, 2026-12-04/05); the loop's lag at 1 MiB fell
 // from 1.84-3.58 ms to 0.09-0.17 ms. zarrcoro-server uses it by default
 // where permitted.
