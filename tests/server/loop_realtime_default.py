@@ -30,16 +30,33 @@ def fifo_permitted():
 
 
 def cpu_quota():
-    """Whether this process's cgroup (v2 cpu.max, v1 cpu.cfs_quota_us) has a CPU quota, at its own level."""
+    """Whether this process's cgroup or an ancestor has a CPU quota (v2 cpu.max, v1 cpu.cfs_quota_us).
+
+    Found independently of the server's code, from the same kernel files: the
+    cgroup mounts from /proc/self/mountinfo, the process's cgroups from
+    /proc/self/cgroup."""
+    mounts = {}  # "v2" or "v1cpu" -> (root within the hierarchy, mount point)
+    for line in open("/proc/self/mountinfo"):
+        fields = line.split()
+        fstype, options = fields[fields.index("-") + 1], fields[fields.index("-") + 3]
+        if fstype == "cgroup2":
+            mounts.setdefault("v2", (fields[3], fields[4]))
+        elif fstype == "cgroup" and "cpu" in options.split(","):
+            mounts.setdefault("v1cpu", (fields[3], fields[4]))
     for line in open("/proc/self/cgroup"):
         hid, controllers, path = line.rstrip("\n").split(":", 2)
-        for base, name, unlimited in [("/sys/fs/cgroup", "cpu.max", lambda v: v.startswith("max")),
-                                      ("/sys/fs/cgroup/unified", "cpu.max", lambda v: v.startswith("max")),
-                                      ("/sys/fs/cgroup/cpu", "cpu.cfs_quota_us", lambda v: v == "-1")]:
-            if (hid == "0") != (name == "cpu.max") or (hid != "0" and "cpu" not in controllers.split(",")):
-                continue
+        if hid == "0" and "v2" in mounts:
+            (root, point), name, unlimited = mounts["v2"], "cpu.max", lambda v: v.startswith("max")
+        elif "cpu" in controllers.split(",") and "v1cpu" in mounts:
+            (root, point), name, unlimited = mounts["v1cpu"], "cpu.cfs_quota_us", lambda v: v == "-1"
+        else:
+            continue
+        if root != "/" and path.startswith(root):
+            path = path[len(root):]
+        parts = [p for p in path.split("/") if p]
+        for k in range(len(parts), -1, -1):  # the cgroup, then each ancestor
             try:
-                with open(os.path.join(base + path, name)) as f:
+                with open(os.path.join(point, *parts[:k], name)) as f:
                     if not unlimited(f.read().strip()):
                         return True
             except OSError:
