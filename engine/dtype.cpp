@@ -326,32 +326,35 @@ float float16_to_float32(std::uint16_t h) {
   return std::bit_cast<float>(bits);
 }
 
-std::uint16_t float32_to_float16(float value) {
-  const std::uint32_t f = std::bit_cast<std::uint32_t>(value);
-  const std::uint16_t sign = static_cast<std::uint16_t>((f >> 16) & 0x8000u);
-  const std::uint32_t exp = (f >> 23) & 0xff;
-  const std::uint32_t mant = f & 0x7fffffu;
-  if (exp == 0xff) {  // inf or NaN; keep a quiet NaN non-zero
-    std::uint16_t m = static_cast<std::uint16_t>(mant >> 13);
+std::uint16_t float64_to_float16(double value) {
+  const std::uint64_t f = std::bit_cast<std::uint64_t>(value);
+  const std::uint16_t sign = static_cast<std::uint16_t>((f >> 48) & 0x8000u);
+  const std::uint64_t exp = (f >> 52) & 0x7ff;
+  const std::uint64_t mant = f & ((std::uint64_t{1} << 52) - 1);
+  if (exp == 0x7ff) {  // inf or NaN; keep a quiet NaN non-zero
+    std::uint16_t m = static_cast<std::uint16_t>(mant >> 42);
     if (mant != 0 && m == 0) m = 0x200;
     return sign | 0x7c00u | m;
   }
-  const int e = static_cast<int>(exp) - 127 + 15;
+  // One rounding from the double's exact value (round half to even): the
+  // dropped bits decide, never an intermediate float32 (shared/cases B49).
+  const auto round = [](std::uint64_t kept, std::uint64_t rem, std::uint64_t mid) {
+    return rem > mid || (rem == mid && (kept & 1)) ? kept + 1 : kept;
+  };
+  const int e = static_cast<int>(exp) - 1023 + 15;
   if (e >= 0x1f) return sign | 0x7c00u;  // overflow -> inf
-  if (e <= 0) {                           // subnormal or zero
+  if (e <= 0) {                           // subnormal or zero (a double subnormal is far below 2^-25)
     if (e < -10) return sign;
-    const std::uint32_t m = mant | 0x800000u;
-    const int shift = 14 - e;
-    std::uint32_t half = m >> shift;
-    const std::uint32_t rem = m & ((1u << shift) - 1);
-    const std::uint32_t mid = 1u << (shift - 1);
-    if (rem > mid || (rem == mid && (half & 1))) ++half;
+    const std::uint64_t m = mant | (std::uint64_t{1} << 52);
+    const int shift = 43 - e;  // 53 at most
+    const std::uint64_t half = round(m >> shift, m & ((std::uint64_t{1} << shift) - 1), std::uint64_t{1} << (shift - 1));
     return sign | static_cast<std::uint16_t>(half);
   }
-  std::uint32_t half = (static_cast<std::uint32_t>(e) << 10) | (mant >> 13);
-  const std::uint32_t rem = mant & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (half & 1))) ++half;  // may carry into inf: correct
-  return sign | static_cast<std::uint16_t>(half);
+  const std::uint64_t kept = (static_cast<std::uint64_t>(e) << 10) | (mant >> 42);
+  const std::uint64_t half = round(kept, mant & ((std::uint64_t{1} << 42) - 1), std::uint64_t{1} << 41);
+  return sign | static_cast<std::uint16_t>(half);  // a carry into the exponent is correct, also into inf
 }
+
+std::uint16_t float32_to_float16(float value) { return float64_to_float16(value); }  // float -> double is exact
 
 }  // namespace zarrcoro

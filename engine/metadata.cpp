@@ -8,6 +8,7 @@
 #include <atomic>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -126,6 +127,10 @@ namespace {
 using json = nlohmann::json;
 using detail::parse_shape;
 
+// An extension definition in its object form (core spec v3.1, "Extension
+// definition"): a short-hand name stands for {"name": name}.
+json extension_object(const json& j) { return j.is_string() ? json{{"name", j}} : j; }
+
 [[noreturn]] void bad(const std::string& key, const std::string& field, const std::string& msg) {
   throw InvalidMetadata(key, field, msg);
 }
@@ -144,8 +149,12 @@ std::uint64_t parse_float_bits(const json& j, std::size_t size, const std::strin
   auto from_double = [size](double d) -> std::uint64_t {
     if (size == 8) return std::bit_cast<std::uint64_t>(d);
     if (size == 4) return std::bit_cast<std::uint32_t>(static_cast<float>(d));
-    return float32_to_float16(static_cast<float>(d));
+    return float64_to_float16(d);
   };
+  if (j.is_number_unsigned() && size == 4)  // one rounding from the integer, as from a decimal
+    return std::bit_cast<std::uint32_t>(static_cast<float>(j.get<std::uint64_t>()));
+  if (j.is_number_integer() && size == 4)
+    return std::bit_cast<std::uint32_t>(static_cast<float>(j.get<std::int64_t>()));
   if (j.is_number()) return from_double(j.get<double>());
   if (j.is_string()) {
     const auto s = j.get<std::string>();
@@ -214,20 +223,21 @@ T parse_integer(const json& j, const std::string& key) {
 }
 
 // Walks a parsed document and turns the sentinels left by parse_json back
-// into non-finite numbers.
-constexpr std::string_view kSentinel = "\x01zarrcoro-nonfinite:";
+// into numbers: non-finite ones, and integers just below -2^63.
+constexpr std::string_view kSentinel = "\x01zarrcoro-token:";
 
-void restore_nonfinite(json& j) {
+void restore_tokens(json& j) {
   if (j.is_string()) {
     const auto& s = j.get_ref<const std::string&>();
     if (s.starts_with(kSentinel)) {
       const auto tok = s.substr(kSentinel.size());
-      j = tok == "NaN"        ? std::numeric_limits<double>::quiet_NaN()
-          : tok == "Infinity" ? std::numeric_limits<double>::infinity()
-                              : -std::numeric_limits<double>::infinity();
+      j = tok == "NaN"         ? std::numeric_limits<double>::quiet_NaN()
+          : tok == "Infinity"  ? std::numeric_limits<double>::infinity()
+          : tok == "-Infinity" ? -std::numeric_limits<double>::infinity()
+                               : std::nextafter(-0x1p63, -std::numeric_limits<double>::infinity());
     }
   } else if (j.is_structured()) {
-    for (auto& v : j) restore_nonfinite(v);
+    for (auto& v : j) restore_tokens(v);
   }
 }
 
@@ -258,9 +268,17 @@ FillValue parse_fill_value(const json& j, DataType dtype, const std::string& key
       out.assign(reinterpret_cast<const std::byte*>(text.data()), reinterpret_cast<const std::byte*>(text.data()) + text.size());
       break;
     }
-    case K::vlen_bytes: {
+    case K::vlen_bytes: {  // base64 (zarr-python 3), or the registered `bytes` type's array of byte values
+      if (j.is_array()) {
+        for (const auto& b : j) {
+          if (!b.is_number_integer() || b.get<std::int64_t>() < 0 || b.get<std::int64_t>() > 255)
+            bad(key, "fill_value", "expected an array of integers 0..255 for the data type bytes, got " + j.dump());
+          out.push_back(static_cast<std::byte>(b.get<std::int64_t>()));
+        }
+        break;
+      }
       const auto raw = j.is_string() ? detail::base64_decode(j.get<std::string>()) : std::nullopt;
-      if (!raw) bad(key, "fill_value", "expected base64 text for the data type bytes, got " + j.dump());
+      if (!raw) bad(key, "fill_value", "expected base64 text or an array of byte values for the data type bytes, got " + j.dump());
       out = std::move(*raw);
       break;
     }
@@ -477,8 +495,9 @@ json ChunkKeyEncoding::to_json() const {
           {"configuration", {{"separator", std::string(1, separator)}}}};
 }
 
-ChunkKeyEncoding ChunkKeyEncoding::from_json(const json& j, const std::string& key) {
+ChunkKeyEncoding ChunkKeyEncoding::from_json(const json& given, const std::string& key) {
   const std::string field = "chunk_key_encoding";
+  const json j = extension_object(given);
   if (!j.is_object() || !j.contains("name") || !j["name"].is_string())
     bad(key, field, "expected {\"name\": \"default\"|\"v2\", ...}");
   ChunkKeyEncoding e;
@@ -538,6 +557,10 @@ DataType parse_data_type(const json& j, const std::string& key, const std::strin
   const std::string name = j["name"].get<std::string>();
   const json config = j.value("configuration", json::object());
   if (!config.is_object()) bad(key, field + ".configuration", "expected an object");
+  if (const auto simple = DataType::from_name(name)) {  // {"name": "int32"}: the object form of a short-hand name
+    if (!config.empty()) bad(key, field + ".configuration", "data type '" + name + "' takes no configuration");
+    return *simple;
+  }
   const auto length_bytes = [&](std::size_t unit) {
     const auto it = config.find("length_bytes");
     if (it == config.end() || !it->is_number_unsigned() || it->get<std::uint64_t>() == 0 ||
@@ -661,7 +684,7 @@ ArrayMetadata parse_v3_array(const json& j, const std::string& key, std::string&
   m.data_type = parse_data_type(j["data_type"], key);
 
   field = "chunk_grid";
-  const auto& grid = j["chunk_grid"];
+  const json grid = extension_object(j["chunk_grid"]);
   if (!grid.is_object() || grid.value("name", "") != "regular") {
     const std::string name = grid.is_object() ? grid.value("name", std::string("?")) : grid.dump();
     throw UnsupportedError(key, "chunk_grid", "unsupported chunk grid '" + name + "'");
@@ -754,6 +777,9 @@ json parse_json(std::string_view text, const std::string& key) {
   // sentinel strings, parse strictly, then restore them as numbers.
   // The same pass measures the nesting depth, bounded before the recursive
   // parts of JSON handling (copies, dumps, our own walks) see the document.
+  // nlohmann's parser takes a NUL byte for the end of the input: refused
+  // here, or whatever follows it would be ignored.
+  if (text.find('\0') != std::string_view::npos) bad(key, "", "malformed JSON: a NUL byte in the document");
   std::string fixed;
   bool in_string = false, escaped = false, changed = false;
   std::size_t depth = 0, max_depth = 0;
@@ -771,7 +797,7 @@ json parse_json(std::string_view text, const std::string& key) {
     bool matched = false;
     for (std::string_view tok : {"-Infinity", "Infinity", "NaN"}) {
       if (text.substr(i, tok.size()) == tok) {
-        fixed += "\"\\u0001zarrcoro-nonfinite:";  // JSON escape of kSentinel's first byte
+        fixed += "\"\\u0001zarrcoro-token:";  // JSON escape of kSentinel's first byte
         fixed += tok;
         fixed += '"';
         i += tok.size();
@@ -780,6 +806,24 @@ json parse_json(std::string_view text, const std::string& key) {
       }
     }
     if (matched) continue;
+    if (c == '-' && i + 1 < text.size() && text[i + 1] >= '0' && text[i + 1] <= '9') {
+      // An integer below -2^63 becomes a double, and one just below rounds
+      // to -2^63 itself, which an int64 holds: the range checks of integer
+      // fill values would pass it. Such a one is read as the next double down.
+      std::size_t end = i + 1;
+      while (end < text.size() && text[end] >= '0' && text[end] <= '9') ++end;
+      const std::string_view digits = text.substr(i + 1, end - i - 1);
+      const bool integral = end == text.size() || (text[end] != '.' && text[end] != 'e' && text[end] != 'E');
+      constexpr std::string_view kTwo63 = "9223372036854775808";
+      if (integral && digits[0] != '0' &&
+          (digits.size() > kTwo63.size() || (digits.size() == kTwo63.size() && digits > kTwo63)) &&
+          std::strtod(std::string(text.substr(i, end - i)).c_str(), nullptr) == -0x1p63) {
+        fixed += "\"\\u0001zarrcoro-token:below-int64\"";
+        i = end;
+        changed = true;
+        continue;
+      }
+    }
     if (c == '"') in_string = true;
     else if (c == '[' || c == '{') max_depth = std::max(max_depth, ++depth);
     else if ((c == ']' || c == '}') && depth > 0) --depth;
@@ -794,7 +838,7 @@ json parse_json(std::string_view text, const std::string& key) {
   } catch (const json::exception& e) {  // syntax, invalid UTF-8, a number out of range (7E777)
     bad(key, "", std::string("malformed JSON: ") + e.what());
   }
-  if (changed) restore_nonfinite(j);
+  if (changed) restore_tokens(j);
   return j;
 }
 

@@ -6,9 +6,11 @@
 // "Infinity" and "-Infinity" for floats (a bare NaN token is read, never
 // written), [re, im] for complex, true/false (or 0/1) for bool, base64 of the
 // stored bytes for byte strings and structured types, the string itself for
-// unicode; a number given for a string type means its decimal text (NumPy
-// converts 0 to "0"); null means "no fill value" (missing chunks read as
-// zeros here; null is kept when the document is written back).
+// unicode; a number given for a fixed-length string type means its decimal
+// text (NumPy converts 0 to "0"), but 0 for a "|O" vlen-utf8 or vlen-bytes
+// array is zarr-python 2's default and means "" (as zarrs reads it; any other
+// number is refused there); null means "no fill value" (missing chunks read
+// as zeros here; null is kept when the document is written back).
 #include <zarrcoro/metadata.hpp>
 
 #include <algorithm>
@@ -119,9 +121,10 @@ std::string number_text(const json& j, const std::string& key) {
 std::optional<FillValue> parse_v2_fill(const json& j, const V2DataType& t, const std::string& key) {
   if (j.is_null()) return std::nullopt;
   const DataType dt = t.type;
-  if (dt.kind() == DataTypeKind::string) {  // the text (a number: its decimal text, as zarr-python 2 writes "0")
-    if (!j.is_string() && !j.is_number()) bad(key, "fill_value", "expected a string for \"|O\" vlen-utf8, got " + j.dump());
-    const std::string text = j.is_string() ? j.get<std::string>() : number_text(j, key);
+  if (dt.kind() == DataTypeKind::string) {  // the text; zarr-python 2's default 0 stands for "" (shared/cases B46)
+    if (j.is_number() && j.get<double>() == 0) return FillValue{};
+    if (!j.is_string()) bad(key, "fill_value", "expected a string (or 0 for \"\") for \"|O\" vlen-utf8, got " + j.dump());
+    const std::string text = j.get<std::string>();
     if (!codecs::valid_utf8(text)) bad(key, "fill_value", "is not valid UTF-8");
     return FillValue(reinterpret_cast<const std::byte*>(text.data()), reinterpret_cast<const std::byte*>(text.data()) + text.size());
   }

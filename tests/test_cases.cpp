@@ -357,3 +357,22 @@ TEST_CASE("fuzz regressions: integral float fills at 2^63 and 2^64, groups with 
     CHECK_THROWS_AS(Group::open_blocking(rt, store, "g"), InvalidMetadata);
   }
 }
+
+TEST_CASE("b49: float fills given as JSON numbers are rounded once, half to even (was: float64 -> float32 -> float16)",
+          "[cases][regression]") {
+  ZARRCORO_REQUIRE_SHARED(shared);
+  Case c(shared / "cases" / "b49_float_fill");
+  // The first element's little-endian bits; each array has three, none stored.
+  const std::pair<const char*, const char*> expected[] = {
+      {"f16_double_rounding", "01 3c"},            {"f16_subnormal_double_rounding", "01 00"},
+      {"v2_f2_double_rounding", "01 3c"},          {"f16_tie_even_down", "00 3c"},
+      {"f16_tie_even_up", "02 3c"},                {"f16_overflow_tie", "00 7c"},
+      {"f16_below_overflow", "ff 7b"},             {"f32_tie_even_down", "00 00 80 4b"},
+      {"f32_tie_even_up", "02 00 80 4b"},
+  };
+  for (const auto& [name, bits] : expected) {
+    CAPTURE(name);
+    const std::string one(bits);
+    CHECK(test::to_hex(c.read(name).data) == one + " " + one + " " + one);
+  }
+}

@@ -427,3 +427,43 @@ TEST_CASE("b25 (v2): a zstd compressor with a checksum key opens; checksum true 
     CHECK_FALSE(j.contains("dimension_separator"));
   }
 }
+
+TEST_CASE("b46: a \"|O\" vlen-utf8 array with zarr-python 2's fill_value 0 reads \"\" where nothing is stored "
+          "(was: the text \"0\"), and a partial write stores \"\" in the slots it did not write",
+          "[cases][regression][v2]") {
+  ZARRCORO_REQUIRE_SHARED(shared);
+  Env c;
+  auto cases = std::make_shared<FilesystemStore>(c.rt.io_executor(), shared / "cases" / "b46_vlen_fill0");
+  const auto strings = [&](const std::string& name) {
+    const Array a = Array::open_blocking(c.rt, cases, name);
+    return a.read_strings_blocking(Region::all(a.shape()));
+  };
+  using Strings = std::vector<std::string>;
+  CHECK(strings("fill0") == Strings{"a", "bb", "", "", ""});
+  CHECK(strings("fill_null") == Strings{"a", "bb", "", "", ""});
+  CHECK(strings("fill_str0") == Strings{"a", "bb", "", "0", "0"});  // the text "0" stays "0"
+  CHECK(strings("bytes_fill0") == Strings{"a", "bb", "", "", ""});
+
+  // Writing "z" to element 2 stores chunk 1 as ["z", ""], the bytes zarr-python 2.13 writes for it.
+  auto mem = std::make_shared<MemoryStore>();
+  c.set(*mem, ".zarray", c.text(*cases, "fill0_write/.zarray"));
+  const Array w = Array::open_blocking(c.rt, mem, "");
+  const Strings z{"z"};
+  w.write_strings_blocking(Region::parse("2", w.shape()), z);
+  CHECK(test::to_hex(*c.get(*mem, "1")) == "02 00 00 00 01 00 00 00 7a 00 00 00 00");
+  CHECK(w.read_strings_blocking(Region::all(w.shape())) == Strings{"", "", "z", "", ""});
+  // A v3 copy (zarrcoro reencode keeps the fill value) says "".
+  CHECK(fill_value_to_json(w.metadata().fill_value, w.dtype()) == "");
+
+  // Any other number is no fill for a vlen string: refused by field, never read as its text.
+  json one = c.strict(*cases, "fill0/.zarray");
+  one["fill_value"] = 1;
+  c.set(*mem, ".zarray", one.dump());
+  try {
+    (void)Array::open_blocking(c.rt, mem, "");
+    FAIL("opened");
+  } catch (const InvalidMetadata& e) {
+    CHECK(e.key() == ".zarray");
+    CHECK(e.field() == "fill_value");
+  }
+}

@@ -975,3 +975,24 @@ TEST_CASE("copy_box and fill_box place every box exactly as an element-by-elemen
   CHECK(cases == 2000);
   CHECK(fixed_runs > 100);  // the fixed-size row copies were exercised
 }
+
+TEST_CASE("Zarr v3.1 short-hand codec names, also inside a shard, are read and written in the long form",
+          "[codecs][pipeline][v3.1]") {
+  const auto p = parse(R"([{"name": "sharding_indexed", "configuration": {"chunk_shape": [2],
+      "codecs": ["bytes", "zstd"], "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, "crc32c"],
+      "index_location": "end"}}])",
+                       DataTypeKind::uint8, {4});
+  CHECK(p->to_json() == json::parse(R"([{"name": "sharding_indexed", "configuration": {"chunk_shape": [2],
+      "codecs": [{"name": "bytes"}, {"name": "zstd", "configuration": {"level": 0, "checksum": false}}],
+      "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
+      "index_location": "end"}}])"));
+  Bytes enc;
+  p->encode(hex("01 02 03 04"), enc);
+  Bytes out(4);
+  p->decode(enc, out);
+  CHECK(to_hex(out) == "01 02 03 04");
+  // A short-hand name stands for a codec without configuration: where the
+  // codec's specification requires one, it is refused by field.
+  CHECK_ERROR(parse(R"(["bytes", "gzip"])", DataTypeKind::uint8, {4}), InvalidMetadata, "codecs[1].configuration.level", "level");
+  CHECK_ERROR(parse(R"(["transpose", "bytes"])", DataTypeKind::uint8, {4}), InvalidMetadata, "codecs[0].configuration.order", "order");
+}

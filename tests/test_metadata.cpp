@@ -2,6 +2,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include <catch2/catch.hpp>
 
@@ -216,4 +217,136 @@ TEST_CASE("float16 conversion", "[dtype]") {
     if ((bits & 0x7c00) == 0x7c00 && (bits & 0x3ff)) continue;
     REQUIRE(float32_to_float16(float16_to_float32(bits)) == bits);
   }
+}
+
+TEST_CASE("float16 from a double rounds once: every tie to even, and a double just off a tie to the nearer half "
+          "(was: through float32, which turned the near side into a tie)",
+          "[dtype][regression]") {
+  for (std::uint16_t h = 0; h < 0x7bff; ++h) {  // each pair of adjacent positive finite halves
+    CAPTURE(h);
+    const double lo = float16_to_float32(h), hi = float16_to_float32(static_cast<std::uint16_t>(h + 1));
+    const double mid = (lo + hi) / 2;  // exact in a double
+    const auto even = static_cast<std::uint16_t>(h % 2 == 0 ? h : h + 1);
+    REQUIRE(float64_to_float16(mid) == even);
+    REQUIRE(float64_to_float16(-mid) == (even | 0x8000));
+    REQUIRE(float64_to_float16(std::nextafter(mid, 0.0)) == h);
+    REQUIRE(float64_to_float16(std::nextafter(mid, 1.0e9)) == h + 1);
+  }
+  CHECK(float64_to_float16(65520.0) == 0x7c00);                          // the tie above the largest half: inf
+  CHECK(float64_to_float16(std::nextafter(65520.0, 0.0)) == 0x7bff);
+  CHECK(float64_to_float16(std::ldexp(1.0, -25)) == 0x0000);             // half the smallest subnormal: tie to 0
+  CHECK(float64_to_float16(std::ldexp(1.0, -25) + std::ldexp(1.0, -60)) == 0x0001);
+  CHECK(float64_to_float16(1.0e-300) == 0x0000);
+  CHECK(float64_to_float16(std::numeric_limits<double>::denorm_min()) == 0x0000);
+  CHECK(float64_to_float16(-std::numeric_limits<double>::infinity()) == 0xfc00);
+  CHECK(float64_to_float16(std::bit_cast<double>(0x7ff0000000000001ull)) == 0x7e00);  // a payload below the half's bits: still a quiet NaN
+}
+
+TEST_CASE("Zarr v3.1 extension definitions: short-hand names and name-only objects for data types (struct fields too), "
+          "chunk key encodings and chunk grids (was: refused)",
+          "[metadata][v3.1]") {
+  auto j = base_array();
+  j["data_type"] = {{"name", "int16"}};
+  j["chunk_key_encoding"] = "v2";
+  j["fill_value"] = -3;
+  auto m = ArrayMetadata::from_json(j, "a/zarr.json");
+  CHECK(m.data_type == DataType(DataTypeKind::int16));
+  CHECK(m.chunk_key_encoding.kind == ChunkKeyEncoding::Kind::v2);
+  CHECK(m.chunk_key_encoding.separator == '.');
+  CHECK(load<std::int16_t>(m.fill_value) == -3);
+  // Written in the long form, as zarr-python 3.4 writes it.
+  CHECK(m.to_json()["data_type"] == "int16");
+  CHECK(m.to_json()["chunk_key_encoding"] == json::parse(R"({"name": "v2", "configuration": {"separator": "."}})"));
+
+  j["chunk_key_encoding"] = {{"name", "default"}};
+  CHECK(ArrayMetadata::from_json(j, "a/zarr.json").chunk_key_encoding.separator == '/');
+  j["data_type"] = json::parse(R"({"name": "struct", "configuration": {"fields": [
+      {"name": "x", "data_type": {"name": "float32"}}, {"name": "y", "data_type": "uint8"}]}})");
+  j["fill_value"] = {{"x", 1.5}, {"y", 2}};
+  m = ArrayMetadata::from_json(j, "a/zarr.json");
+  REQUIRE(m.data_type.fields().size() == 2);
+  CHECK(m.data_type.fields()[0].type == DataType(DataTypeKind::float32));
+  CHECK(test::to_hex(m.fill_value) == "00 00 c0 3f 02");
+
+  // What stays refused, by field: a simple type with a configuration, an
+  // unknown name in either form, a grid without its configuration.
+  j = base_array();
+  j["data_type"] = {{"name", "int16"}, {"configuration", {{"endian", "big"}}}};
+  require_error<InvalidMetadata>(j, "data_type.configuration");
+  j = base_array();
+  j["data_type"] = {{"name", "float8"}};
+  require_error<UnsupportedError>(j, "data_type");
+  j = base_array();
+  j["chunk_key_encoding"] = "v3";
+  require_error<UnsupportedError>(j, "chunk_key_encoding");
+  j = base_array();
+  j["chunk_key_encoding"] = 2;
+  require_error<InvalidMetadata>(j, "chunk_key_encoding");
+  j = base_array();
+  j["chunk_grid"] = "regular";
+  require_error<InvalidMetadata>(j, "chunk_grid.configuration.chunk_shape");
+  j = base_array();
+  j["chunk_grid"] = {{"name", "regular"}};
+  require_error<InvalidMetadata>(j, "chunk_grid.configuration.chunk_shape");
+  j = base_array();
+  j["chunk_grid"] = "rectilinear";
+  require_error<UnsupportedError>(j, "chunk_grid");
+}
+
+TEST_CASE("integer fill values one past either end of every integer type are refused, the ends themselves read "
+          "(was: an integer just below -2^63 read as -2^63)",
+          "[metadata][regression]") {
+  struct Range {
+    DataTypeKind kind;
+    const char *min, *max, *below, *above;
+  };
+  const Range ranges[] = {
+      {DataTypeKind::int8, "-128", "127", "-129", "128"},
+      {DataTypeKind::int16, "-32768", "32767", "-32769", "32768"},
+      {DataTypeKind::int32, "-2147483648", "2147483647", "-2147483649", "2147483648"},
+      {DataTypeKind::int64, "-9223372036854775808", "9223372036854775807", "-9223372036854775809",
+       "9223372036854775808"},
+      {DataTypeKind::uint8, "0", "255", "-1", "256"},
+      {DataTypeKind::uint16, "0", "65535", "-1", "65536"},
+      {DataTypeKind::uint32, "0", "4294967295", "-1", "4294967296"},
+      {DataTypeKind::uint64, "0", "18446744073709551615", "-1", "18446744073709551616"},
+  };
+  const auto fill = [](const char* text, DataType t) { return parse_fill_value(parse_json(text, "k"), t, "k"); };
+  for (const auto& r : ranges) {
+    const DataType t = r.kind;
+    CAPTURE(t.describe());
+    CHECK(fill_value_to_json(fill(r.min, t), t).dump() == r.min);
+    CHECK(fill_value_to_json(fill(r.max, t), t).dump() == r.max);
+    CHECK_THROWS_AS(fill(r.below, t), InvalidMetadata);
+    CHECK_THROWS_AS(fill(r.above, t), InvalidMetadata);
+  }
+  // Further below -2^63, an integer is the double nearest to it, as before.
+  CHECK(parse_json("[-9223372036854775809, -1000000000000000000000]", "k") ==
+        json::array({std::nextafter(-0x1p63, -1e300), -1e21}));
+  CHECK(parse_json("-9223372036854775808", "k").get<std::int64_t>() == std::numeric_limits<std::int64_t>::min());
+}
+
+TEST_CASE("a metadata document with anything after its JSON value is refused", "[metadata][hostile]") {
+  const std::string texts[] = {"{} x", "{}{}", "{} 1", "{}]", "{}\"", "{} NaN", std::string("{}\0", 3), "{} /* */"};
+  for (const std::string& text : texts) {
+    CAPTURE(text);
+    try {
+      (void)parse_json(text, "a/zarr.json");
+      FAIL("parsed");
+    } catch (const InvalidMetadata& e) {
+      CHECK(e.key() == "a/zarr.json");
+    }
+  }
+  CHECK(parse_json("{}\n\t ", "a/zarr.json") == json::object());  // white space is no content
+}
+
+TEST_CASE("the bytes data type's fill value: base64 (zarr-python 3) or an array of byte values (the registered type)",
+          "[metadata][v3.1]") {
+  const DataType t = DataTypeKind::vlen_bytes;
+  CHECK(test::to_hex(parse_fill_value(json::array({0, 255, 7}), t, "k")) == "00 ff 07");
+  CHECK(parse_fill_value(json::array(), t, "k").empty());
+  CHECK(fill_value_to_json(parse_fill_value(json::array({0, 255, 7}), t, "k"), t) == "AP8H");  // written as zarr-python 3.4 reads it
+  CHECK(test::to_hex(parse_fill_value("AP8H", t, "k")) == "00 ff 07");
+  for (const json& bad : {json::array({256}), json::array({-1}), json::array({"a"}), json::array({1.5}), json(3)})
+    CHECK_THROWS_AS(parse_fill_value(bad, t, "k"), InvalidMetadata);
 }

@@ -163,10 +163,12 @@ struct StructField {
   }
 };
 
-// IEEE 754 binary16 <-> binary32 conversion (round to nearest even; NaN
-// payloads and signs are preserved where representable).
+// IEEE 754 binary16 <-> binary32/64 conversion, each one rounding to nearest
+// even (never through an intermediate width); NaN payloads and signs are
+// preserved where representable.
 float float16_to_float32(std::uint16_t bits);
 std::uint16_t float32_to_float16(float value);
+std::uint16_t float64_to_float16(double value);
 
 // Applies `runs` (DataType::swap_runs) to `n` consecutive elements of
 // `elem_size` bytes, copying `in` to `out` (which may be equal).
