@@ -1607,7 +1607,7 @@ std::shared_ptr<Array::State> make_state(Runtime& rt, std::shared_ptr<Store> sto
   auto st = std::make_shared<Array::State>();
   st->rt = &rt;
   st->store = std::move(store);
-  st->prefix = detail::node_prefix(path);
+  st->prefix = detail::node_prefix(path, meta.zarr_format);
   st->path = std::move(path);
   const std::string key = detail::array_metadata_key(st->path, meta.zarr_format);
   meta.validate(key);

@@ -21,11 +21,7 @@
 namespace zarrcoro {
 namespace {
 
-std::string group_key(const std::string& path) {
-  if (path.empty()) return "zarr.json";
-  validate_key(path);
-  return path + "/zarr.json";
-}
+std::string group_key(const std::string& path) { return detail::node_prefix(path) + "zarr.json"; }
 
 nlohmann::json parse_group(const nlohmann::json& j, const std::string& key) {
   if (!j.is_object()) throw InvalidMetadata(key, "", "expected a JSON object");
@@ -128,6 +124,7 @@ awaitable<std::vector<NodeEntry>> list_members(std::shared_ptr<Store> store, std
     const std::string_view doc = rel.substr(slash + 1);
     if (doc != "zarr.json" && doc != ".zarray" && doc != ".zgroup") continue;
     const std::string node(rel.substr(0, slash));
+    if (!detail::node_path_error(node, doc == "zarr.json" ? 3 : 2).empty()) continue;  // no node of the spec's
     if (!recursive && node.find('/') != std::string::npos) {
       found.try_emplace(node.substr(0, node.find('/')));  // a direct child without documents, maybe
       continue;
@@ -174,6 +171,7 @@ awaitable<std::vector<NodeEntry>> list_members(std::shared_ptr<Store> store, std
 awaitable<Group> Group::open(Runtime& rt, std::shared_ptr<Store> store, std::string path, Consolidated consolidated) {
   const std::string key = group_key(path);
   if (auto doc = co_await store->get(key)) {
+    detail::check_node_path(path, 3);
     const auto j = detail::parse_doc(*doc, key);
     auto attrs = parse_group(j, key);
     std::shared_ptr<const detail::ConsolidatedView> view;
@@ -209,7 +207,7 @@ awaitable<Group> Group::open(Runtime& rt, std::shared_ptr<Store> store, std::str
 
 awaitable<Group> Group::create(Runtime& rt, std::shared_ptr<Store> store, std::string path,
                                nlohmann::json attributes, int zarr_format, CreateMode mode) {
-  const std::string key = zarr_format == 2 ? detail::node_prefix(path) + ".zgroup" : group_key(path);
+  const std::string key = detail::node_prefix(path, zarr_format) + (zarr_format == 2 ? ".zgroup" : "zarr.json");
   if (attributes.is_null()) attributes = nlohmann::json::object();  // `{}` as an argument is null
   if (!attributes.is_object()) throw InvalidArgument(key, "attributes", "expected a JSON object");
   if (zarr_format != 2 && zarr_format != 3)
@@ -259,8 +257,9 @@ std::vector<NodeEntry> Group::members_blocking(bool recursive) const {
 
 namespace {
 std::string member_path(const std::string& group, const std::string& name) {
-  validate_key(name);
-  return detail::node_prefix(group) + name;
+  std::string path = detail::node_prefix(group) + name;
+  detail::check_node_path(path, 0);
+  return path;
 }
 
 const detail::NodeDocs* find_member(const std::shared_ptr<const detail::ConsolidatedView>& view,
@@ -294,6 +293,7 @@ awaitable<Group> Group::open_group_in(Runtime* rt, std::shared_ptr<Store> store,
   const std::string key = docs->zarr_format == 3 ? group_key(path) : detail::node_prefix(path) + ".zgroup";
   if (docs->node_type != NodeType::group)
     throw NotFound(key, "", "'" + path + "' is an array, not a group (" + view->key + ")");
+  detail::check_node_path(path, docs->zarr_format);
   nlohmann::json attrs;
   if (docs->zarr_format == 3) attrs = parse_group(docs->doc, key);
   else attrs = docs->attrs.is_null() ? nlohmann::json::object() : docs->attrs;

@@ -8,10 +8,35 @@
 
 namespace zarrcoro::detail {
 
-std::string node_prefix(const std::string& path) {
-  if (path.empty()) return "";
+std::string node_name_error(std::string_view name, int zarr_format) {
+  if (name.empty()) return "a node name is empty";
+  const std::string quoted = "node name '" + std::string(name) + "'";
+  if (name.find('/') != std::string_view::npos) return quoted + " holds '/'";
+  if (name.find_first_not_of('.') == std::string_view::npos) return quoted + " is periods only";
+  if (is_node_doc_name(name) || name == ".zmetadata") return quoted + " is the name of a metadata document";
+  if (zarr_format == 3 && name.starts_with("__")) return quoted + " starts with the reserved prefix '__'";
+  return "";
+}
+
+std::string node_path_error(std::string_view path, int zarr_format) {
+  for (std::size_t start = 0;;) {
+    const std::size_t end = path.find('/', start);
+    std::string why = node_name_error(path.substr(start, end == std::string_view::npos ? end : end - start), zarr_format);
+    if (!why.empty() || end == std::string_view::npos) return why;
+    start = end + 1;
+  }
+}
+
+void check_node_path(const std::string& path, int zarr_format) {
+  if (path.empty()) return;
   validate_key(path);
-  return path + "/";
+  if (std::string why = node_path_error(path, zarr_format); !why.empty())
+    throw InvalidArgument(path, "path", why + " (Zarr core spec, \"Node names\")");
+}
+
+std::string node_prefix(const std::string& path, int zarr_format) {
+  check_node_path(path, zarr_format);
+  return path.empty() ? "" : path + "/";
 }
 
 std::string array_metadata_key(const std::string& path, int zarr_format) {

@@ -11,8 +11,22 @@
 
 namespace zarrcoro::detail {
 
-// "" for the root, else "path/" (validated as a store key).
-std::string node_prefix(const std::string& path);
+// "" for the root, else "path/": `path` validated as a store key and as
+// node names (node_name_error), else InvalidArgument naming the path.
+// zarr_format 0 (not known yet) checks the rules common to both formats.
+std::string node_prefix(const std::string& path, int zarr_format = 0);
+
+// Why `name` cannot name a node of `zarr_format`, or "" if it can (core spec
+// v3.1, "Node names"): it is empty, holds '/', is periods only, is a
+// metadata document's name (zarr.json, .zarray, .zgroup, .zattrs,
+// .zmetadata: either format's, so that neither reads the other's document as
+// a node), or, in v3, starts with the reserved "__".
+std::string node_name_error(std::string_view name, int zarr_format);
+// The first such error of the names in `path` ("a/b"), or "".
+std::string node_path_error(std::string_view path, int zarr_format);
+// Raises InvalidArgument(path, "path") unless `path` is "" or a valid key of
+// valid node names.
+void check_node_path(const std::string& path, int zarr_format);
 // The key of an array's metadata document in its format.
 std::string array_metadata_key(const std::string& path, int zarr_format);
 

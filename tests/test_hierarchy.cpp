@@ -333,3 +333,55 @@ TEST_CASE("Group::members async: awaitable from a coroutine, independent of the 
   };
   CHECK(f.run(list(f.rt, f.store)) == std::vector<NodeEntry>{node("a", NodeType::array, 3)});
 }
+
+namespace {
+// The key and field of the InvalidArgument that `f` raises, or {"<none>", ""}.
+template <class F>
+Pair invalid_argument(F&& f) {
+  try {
+    f();
+  } catch (const InvalidArgument& e) {
+    return {e.key(), e.field()};
+  }
+  return {"<none>", ""};
+}
+}  // namespace
+
+TEST_CASE("node names the spec forbids are refused on create and open and never listed (was: created and listed)",
+          "[regression]") {
+  Fixture f(GENERATE("memory", "filesystem"));
+  const Group root = Group::create_blocking(f.rt, f.store, "");
+  // Periods only, a metadata document's name (either format's), and in v3 the reserved "__".
+  for (const std::string path : {"...", "g/....", "zarr.json", "g/zarr.json", ".zarray", ".zgroup", ".zattrs",
+                                 ".zmetadata", "__x", "g/__zarr"}) {
+    CAPTURE(path);
+    CHECK(invalid_argument([&] { f.array(path, meta(DataTypeKind::uint8)); }) == Pair{path, "path"});
+    CHECK(invalid_argument([&] { Group::create_blocking(f.rt, f.store, path); }) == Pair{path, "path"});
+  }
+  CHECK(f.keys("").size() == 1);  // nothing written but the root's zarr.json
+  // "__" is reserved in v3 only: a v2 node may have such a name, as zarr-python 2 writes.
+  f.array("__v2", meta(DataTypeKind::uint8, 2));
+  Group::create_blocking(f.rt, f.store, "__v2g", json::object(), 2);
+  CHECK(invalid_argument([&] { f.array("..", meta(DataTypeKind::uint8, 2)); }).second == "key");
+  CHECK(invalid_argument([&] { f.array(".zgroup", meta(DataTypeKind::uint8, 2)); }) == Pair{".zgroup", "path"});
+
+  // Written by another program: opening them is refused, listing passes them over.
+  f.array("ok", meta(DataTypeKind::uint8));
+  const auto stored = f.run(f.store->get("ok/zarr.json"));
+  REQUIRE(stored);
+  const std::string doc(reinterpret_cast<const char*>(stored->data()), stored->size());
+  f.set("__hidden/zarr.json", doc);
+  f.set(".../zarr.json", doc);
+  f.set("g2/__meta/zarr.json", R"({"zarr_format": 3, "node_type": "group"})");
+  f.set("g2/__meta/a/zarr.json", doc);
+  f.set("g2/b/zarr.json", doc);
+  CHECK(invalid_argument([&] { Array::open_blocking(f.rt, f.store, "__hidden"); }) == Pair{"__hidden", "path"});
+  CHECK(invalid_argument([&] { Array::open_blocking(f.rt, f.store, "..."); }) == Pair{"...", "path"});
+  CHECK(invalid_argument([&] { Group::open_blocking(f.rt, f.store, "g2/__meta"); }) == Pair{"g2/__meta", "path"});
+  CHECK(invalid_argument([&] { root.open_array_blocking("__hidden"); }) == Pair{"__hidden", "path"});
+  const auto all = root.members_blocking(true);
+  INFO(show(all));
+  CHECK(all == std::vector<NodeEntry>{node("__v2", NodeType::array, 2), node("__v2g", NodeType::group, 2),
+                                      node("g2", NodeType::group, 3, true), node("g2/b", NodeType::array, 3),
+                                      node("ok", NodeType::array, 3)});
+}
