@@ -642,24 +642,63 @@ def tensorstore_spec(case, root, create=False):
     return spec
 
 
+def tensorstore_fields(case):
+    """TensorStore opens a structured type one field at a time: [(field or
+    None, the field's in-memory dtype)]."""
+    dt = case.np_dtype
+    return [(n, dt.fields[n][0]) for n in dt.names] if dt.names else [(None, dt)]
+
+
+def to_tensorstore(a):
+    """TensorStore holds S<n> as n chars along an extra last dimension."""
+    if a.dtype.kind == "S":
+        return np.frombuffer(np.ascontiguousarray(a).tobytes(), "S1").reshape(a.shape + (a.dtype.itemsize,))
+    return a
+
+
+def from_tensorstore(a, dt):
+    a = np.asarray(a)
+    if dt.kind == "S" and a.dtype.itemsize == 0:
+        raise Refused("TensorStore's Python API reads char data (S<n>) as |S0 elements, without their bytes")
+    if dt.kind == "S":
+        return np.ascontiguousarray(a).view(dt).reshape(a.shape[:-1])
+    return a
+
+
 def tensorstore_write(peer, case, root, data):
     if case.consolidated:
         raise Refused("TensorStore has no consolidated metadata writer")
-    t = ts.open(tensorstore_spec(case, root, create=True)).result()
     region = written_region(case)
-    if data.size:
-        t[region].write(data[region]).result()
+    for i, (field, _) in enumerate(tensorstore_fields(case)):
+        spec = tensorstore_spec(case, root, create=i == 0)
+        if field:
+            spec["field"] = field
+        t = ts.open(spec).result()
+        if data.size:
+            t[region].write(to_tensorstore((data[field] if field else data)[region])).result()
 
 
 def tensorstore_read(peer, case, root):
-    t = ts.open(tensorstore_spec(case, root)).result()
-    got = t.read().result()
-    fill = t.fill_value
-    if case.is_str:
-        fill = fill.item().decode() if fill is not None and isinstance(fill.item(), bytes) else (
-            None if fill is None else str(fill.item()))
+    fields = {}
+    for field, fdt in tensorstore_fields(case):
+        spec = tensorstore_spec(case, root)
+        if field:
+            spec["field"] = field
+        t = ts.open(spec).result()
+        fill = t.fill_value
+        fields[field] = (from_tensorstore(t.read().result(), fdt), None if fill is None else from_tensorstore(fill, fdt))
+    if case.np_dtype.names:  # the records, put together from the fields
+        got = np.zeros(next(iter(fields.values()))[0].shape, case.np_dtype)
+        fill = np.zeros((), case.np_dtype)
+        for name, (v, f) in fields.items():
+            got[name] = v
+            fill = None if fill is None or f is None else fill
+            if fill is not None:
+                fill[name] = f
     else:
-        fill = None if fill is None else np.array(fill, case.np_dtype).tobytes()
+        got, fill = fields[None]
+    if fill is not None:
+        fill = str(fill.item()) if case.is_str else np.array(fill, case.np_dtype).tobytes()
     return Read(tuple(got.shape), dtype_name(got.dtype), fill, canonical(got, case))
 
 
