@@ -744,7 +744,7 @@ def first_difference(got, want, case):
 
 def short(e):
     """An error in one line: TensorStore's spec echo and file paths left out."""
-    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    text = (str(e).strip() or str(e.__cause__ or "").strip() or "(no message)").splitlines()[0]
     text = re.sub(r" \[tensorstore_spec=.*", "", text)
     text = re.sub(r'(Error (reading|writing) local file )?"/[^"]*"(: )?', "", text)
     text = "%s: %s" % (type(e).__name__, text) if not isinstance(e, Refused) else text
