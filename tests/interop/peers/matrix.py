@@ -67,7 +67,6 @@ import base64  # noqa: E402
 import json  # noqa: E402
 import re  # noqa: E402
 import shutil  # noqa: E402
-import struct  # noqa: E402
 import warnings  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 
