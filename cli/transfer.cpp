@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include <zarrcoro/array.hpp>
+#include <zarrcoro/error.hpp>
+#include <zarrcoro/metadata.hpp>
 #include <zarrcoro/npy.hpp>
 
 #include "cli/common.hpp"
@@ -89,9 +91,14 @@ ArrayMetadata import_metadata(DataType dtype, const Shape& shape, const fs::path
     m.codecs = chain;
   }
   if (!o.fill_value.empty()) {
-    // JSON, or a bare word such as NaN taken as the JSON string "NaN".
-    auto j = json::parse(o.fill_value, nullptr, false);
-    if (j.is_discarded()) j = o.fill_value;
+    // JSON, read as metadata is (NaN and Infinity tokens; an integer below
+    // int64's range stays out of it), or a bare word taken as a JSON string.
+    json j;
+    try {
+      j = parse_json(o.fill_value, "--fill-value");
+    } catch (const InvalidMetadata&) {
+      j = o.fill_value;
+    }
     m.fill_value = parse_fill_value(j, m.data_type, "--fill-value");
   }
   if (o.attrs_given) m.attributes = parse_attrs(o.attrs);

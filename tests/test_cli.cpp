@@ -286,6 +286,10 @@ TEST_CASE("cli: bad input of any kind exits 2 with one line on stderr") {
   fails(dir, {"import", "a.npy", "b", "--chunks", "0"}, "--chunks");
   fails(dir, {"import", "a.npy", "b", "--fill-value", "1.5"}, "fill_value");
   fails(dir, {"import", "a.npy", "b", "--fill-value", "[1"}, "fill_value");
+  fails(dir, {"import", "a.npy", "b", "--fill-value", "2147483648"}, "fill_value");
+  write_npy(dir / "i8.npy", make(DataTypeKind::int64, {4}, 1));  // one below int64's range: not -2^63
+  fails(dir, {"import", "i8.npy", "b", "--fill-value", "-9223372036854775809"}, "fill_value");
+  fails(dir, {"import", "a.npy", "b", "--fill-value", std::string("1\0", 2)}, "fill_value");
   fails(dir, {"import", "a.npy", "b", "--endian", "middle"}, "endian");
   fails(dir, {"import", "a.npy", "b", "--zarr-format", "2", "--codec", "blosc:lz5"}, "blosc compressor 'lz5'");
   fails(dir, {"import", "a.npy", "b", "--codec", "blosc:lz4:5:byteshuffle"}, "byteshuffle");
