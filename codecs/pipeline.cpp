@@ -19,7 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "codecs/vlen.hpp"
-#include "engine/checked.hpp"
+#include "core/checked.hpp"
 #include <spdlog/spdlog.h>
 
 #include <zarrcoro/error.hpp>

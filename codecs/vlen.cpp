@@ -8,6 +8,8 @@
 
 #include <zarrcoro/error.hpp>
 
+#include "core/text.hpp"
+
 namespace zarrcoro::codecs {
 
 namespace {
@@ -52,7 +54,7 @@ class VlenCodec final : public ArrayToBytesCodec {
       std::memcpy(&v, in.data() + i * sizeof(VlenView), sizeof v);
       if (v.size > UINT32_MAX)
         throw InvalidArgument("", "", name() + ": item " + std::to_string(i) + " is longer than 2^32 - 1 bytes");
-      if (utf8_ && !valid_utf8({v.data ? v.data : "", v.size}))
+      if (utf8_ && !detail::valid_utf8({v.data ? v.data : "", v.size}))
         throw InvalidArgument("", "", name() + ": item " + std::to_string(i) + " of the chunk is not valid UTF-8");
       total += 4 + v.size;
     }
@@ -96,7 +98,7 @@ class VlenCodec final : public ArrayToBytesCodec {
       if (len > in.size() - pos)
         throw CorruptChunk("", name(), "item " + std::to_string(i) + ": length " + std::to_string(len) + " but only " +
                                            std::to_string(in.size() - pos) + " bytes remain");
-      if (utf8_ && !valid_utf8({reinterpret_cast<const char*>(in.data() + pos), len}))
+      if (utf8_ && !detail::valid_utf8({reinterpret_cast<const char*>(in.data() + pos), len}))
         throw CorruptChunk("", name(), "item " + std::to_string(i) + " is not valid UTF-8");
       pos += len;
     }
@@ -145,33 +147,6 @@ const char* VlenHeap::keep(ByteSpan bytes) {
 
 VlenHeapScope::VlenHeapScope(VlenHeap* heap) : previous_(current_heap) { current_heap = heap; }
 VlenHeapScope::~VlenHeapScope() { current_heap = previous_; }
-
-bool valid_utf8(std::string_view s) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const auto* end = p + s.size();
-  while (p < end) {
-    const unsigned c = *p;
-    if (c < 0x80) {
-      ++p;
-      continue;
-    }
-    std::size_t n;
-    std::uint32_t cp;
-    if ((c & 0xe0) == 0xc0) n = 1, cp = c & 0x1f;
-    else if ((c & 0xf0) == 0xe0) n = 2, cp = c & 0x0f;
-    else if ((c & 0xf8) == 0xf0) n = 3, cp = c & 0x07;
-    else return false;
-    if (static_cast<std::size_t>(end - p) <= n) return false;
-    for (std::size_t k = 1; k <= n; ++k) {
-      if ((p[k] & 0xc0) != 0x80) return false;
-      cp = (cp << 6) | (p[k] & 0x3f);
-    }
-    static constexpr std::uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
-    if (cp < kMin[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
-    p += n + 1;
-  }
-  return true;
-}
 
 std::unique_ptr<ArrayToBytesCodec> make_vlen_utf8_codec(const nlohmann::json& config, const ArraySpec&) {
   no_configuration(config, "vlen-utf8");

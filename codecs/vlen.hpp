@@ -75,9 +75,6 @@ class VlenHeapScope {
   VlenHeap* previous_;
 };
 
-// True if `s` is well-formed UTF-8 (no overlongs, surrogates or code points
-// beyond U+10FFFF).
-bool valid_utf8(std::string_view s);
 
 // True if every element of `views` (VlenViews, as a chunk of a
 // variable-length type holds them) has the bytes `value` has: compared by

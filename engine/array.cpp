@@ -37,7 +37,7 @@
 #include "codecs/sharding.hpp"
 #include "codecs/vlen.hpp"
 #include "engine/blocking.hpp"
-#include "engine/checked.hpp"
+#include "core/checked.hpp"
 #include "engine/engine_state.hpp"
 #include "engine/indexing.hpp"
 #include "engine/consolidated.hpp"

@@ -1,7 +1,7 @@
 // Chunk planning (see indexing.hpp).
 #include "engine/indexing.hpp"
 
-#include "engine/checked.hpp"
+#include "core/checked.hpp"
 
 namespace zarrcoro::detail {
 namespace {

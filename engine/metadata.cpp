@@ -17,7 +17,6 @@
 
 #include <zarrcoro/error.hpp>
 
-#include "codecs/vlen.hpp"
 #include "engine/metadata_detail.hpp"
 
 namespace zarrcoro {
@@ -33,89 +32,6 @@ std::vector<std::uint64_t> parse_shape(const nlohmann::json& j, const std::strin
                                    v.get<std::int64_t>() < 0))
       throw InvalidMetadata(key, field, "expected an array of non-negative integers, got " + j.dump());
     out.push_back(v.get<std::uint64_t>());
-  }
-  return out;
-}
-
-std::string base64_encode(ByteSpan data) {
-  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  out.reserve((data.size() + 2) / 3 * 4);
-  for (std::size_t i = 0; i < data.size(); i += 3) {
-    std::uint32_t v = static_cast<std::uint32_t>(data[i]) << 16;
-    if (i + 1 < data.size()) v |= static_cast<std::uint32_t>(data[i + 1]) << 8;
-    if (i + 2 < data.size()) v |= static_cast<std::uint32_t>(data[i + 2]);
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += i + 1 < data.size() ? kAlphabet[(v >> 6) & 63] : '=';
-    out += i + 2 < data.size() ? kAlphabet[v & 63] : '=';
-  }
-  return out;
-}
-
-std::optional<Bytes> base64_decode(std::string_view text) {
-  while (!text.empty() && text.back() == '=') text.remove_suffix(1);
-  if (text.size() % 4 == 1) return std::nullopt;
-  Bytes out;
-  std::uint32_t acc = 0;
-  int bits = 0;
-  for (char c : text) {
-    int v = c >= 'A' && c <= 'Z'   ? c - 'A'
-            : c >= 'a' && c <= 'z' ? c - 'a' + 26
-            : c >= '0' && c <= '9' ? c - '0' + 52
-            : c == '+'             ? 62
-            : c == '/'             ? 63
-                                   : -1;
-    if (v < 0) return std::nullopt;
-    acc = acc << 6 | static_cast<std::uint32_t>(v);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out.push_back(static_cast<std::byte>((acc >> bits) & 0xff));
-    }
-  }
-  return out;
-}
-
-std::optional<std::u32string> utf8_decode(std::string_view text) {
-  std::u32string out;
-  for (std::size_t i = 0; i < text.size();) {
-    const auto b = static_cast<unsigned char>(text[i]);
-    const int n = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
-    if (n == 0 || i + n > text.size()) return std::nullopt;
-    char32_t cp = n == 1 ? b : b & (0x7f >> n);
-    for (int k = 1; k < n; ++k) {
-      const auto c = static_cast<unsigned char>(text[i + k]);
-      if ((c >> 6) != 2) return std::nullopt;
-      cp = cp << 6 | (c & 0x3f);
-    }
-    static constexpr char32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < kMin[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return std::nullopt;
-    out += cp;
-    i += n;
-  }
-  return out;
-}
-
-std::optional<std::string> utf8_encode(std::u32string_view text) {
-  std::string out;
-  for (char32_t cp : text) {
-    if (cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return std::nullopt;
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xc0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3f));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xe0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-      out += static_cast<char>(0x80 | (cp & 0x3f));
-    } else {
-      out += static_cast<char>(0xf0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-      out += static_cast<char>(0x80 | (cp & 0x3f));
-    }
   }
   return out;
 }
@@ -264,7 +180,7 @@ FillValue parse_fill_value(const json& j, DataType dtype, const std::string& key
     case K::string: {
       if (!j.is_string()) bad(key, "fill_value", "expected a string for the data type string, got " + j.dump());
       const std::string& text = j.get_ref<const std::string&>();
-      if (!codecs::valid_utf8(text)) bad(key, "fill_value", "is not valid UTF-8");
+      if (!detail::valid_utf8(text)) bad(key, "fill_value", "is not valid UTF-8");
       out.assign(reinterpret_cast<const std::byte*>(text.data()), reinterpret_cast<const std::byte*>(text.data()) + text.size());
       break;
     }
@@ -620,7 +536,7 @@ void ArrayMetadata::validate(const std::string& key) const {
     if (c == 0) bad(key, "chunk_grid.configuration.chunk_shape", "chunk dimensions must be > 0");
   if (data_type.is_variable_length()) {
     if (data_type.kind() == DataTypeKind::string &&
-        !codecs::valid_utf8({reinterpret_cast<const char*>(fill_value.data()), fill_value.size()}))
+        !detail::valid_utf8({reinterpret_cast<const char*>(fill_value.data()), fill_value.size()}))
       bad(key, "fill_value", "is not valid UTF-8");
   } else if (!fill_value.empty() && fill_value.size() != data_type.size())
     bad(key, "fill_value", "has the wrong size for the data type");

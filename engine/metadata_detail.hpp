@@ -12,17 +12,9 @@
 #include <zarrcoro/bytes.hpp>
 #include <zarrcoro/error.hpp>
 
+#include "core/text.hpp"
+
 namespace zarrcoro::detail {
-
-// RFC 4648 standard alphabet with padding.
-std::string base64_encode(ByteSpan data);
-// Accepts padded or unpadded input; nullopt if it is not base64.
-std::optional<Bytes> base64_decode(std::string_view text);
-
-// UTF-8 <-> code points; nullopt for invalid input (bad sequences,
-// surrogates, code points above U+10FFFF).
-std::optional<std::u32string> utf8_decode(std::string_view text);
-std::optional<std::string> utf8_encode(std::u32string_view text);
 
 // Runs `f`, turning an exception of the JSON library (a member of another
 // type than expected, a number out of range) into InvalidMetadata(key,

@@ -20,7 +20,6 @@
 #include <zarrcoro/error.hpp>
 
 #include "codecs/v2.hpp"
-#include "codecs/vlen.hpp"
 #include "engine/metadata_detail.hpp"
 
 namespace zarrcoro {
@@ -125,7 +124,7 @@ std::optional<FillValue> parse_v2_fill(const json& j, const V2DataType& t, const
     if (j.is_number() && j.get<double>() == 0) return FillValue{};
     if (!j.is_string()) bad(key, "fill_value", "expected a string (or 0 for \"\") for \"|O\" vlen-utf8, got " + j.dump());
     const std::string text = j.get<std::string>();
-    if (!codecs::valid_utf8(text)) bad(key, "fill_value", "is not valid UTF-8");
+    if (!detail::valid_utf8(text)) bad(key, "fill_value", "is not valid UTF-8");
     return FillValue(reinterpret_cast<const std::byte*>(text.data()), reinterpret_cast<const std::byte*>(text.data()) + text.size());
   }
   if (dt.kind() == DataTypeKind::vlen_bytes) {  // base64 (zarr-python 3); zarr-python 2 writes null, or 0 by default

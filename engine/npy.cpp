@@ -23,6 +23,8 @@
 
 #include <zarrcoro/error.hpp>
 
+#include "core/text.hpp"
+
 namespace zarrcoro {
 namespace {
 
@@ -30,6 +32,9 @@ static_assert(std::endian::native == std::endian::little, "zarrcoro supports lit
 
 using nlohmann::json;
 namespace fs = std::filesystem;
+using detail::append_utf8;
+using detail::invalid_utf8_at;
+using detail::next_utf8;
 
 constexpr std::string_view kMagic = "\x93NUMPY";
 constexpr std::size_t kAlign = 64;
@@ -64,55 +69,6 @@ std::string printable(std::string_view s, std::size_t max = 60) {
 }
 
 std::string show(const json& j) { return printable(j.dump(-1, ' ', false, json::error_handler_t::replace)); }
-
-void append_utf8(std::string& out, std::uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xc0 | cp >> 6);
-    out += static_cast<char>(0x80 | (cp & 0x3f));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xe0 | cp >> 12);
-    out += static_cast<char>(0x80 | (cp >> 6 & 0x3f));
-    out += static_cast<char>(0x80 | (cp & 0x3f));
-  } else {
-    out += static_cast<char>(0xf0 | cp >> 18);
-    out += static_cast<char>(0x80 | (cp >> 12 & 0x3f));
-    out += static_cast<char>(0x80 | (cp >> 6 & 0x3f));
-    out += static_cast<char>(0x80 | (cp & 0x3f));
-  }
-}
-
-// Decodes the UTF-8 sequence at s[i] (advancing i); nullopt if invalid
-// (overlong, surrogate, beyond U+10FFFF, truncated).
-std::optional<std::uint32_t> next_utf8(std::string_view s, std::size_t& i) {
-  const auto c = static_cast<unsigned char>(s[i]);
-  if (c < 0x80) return ++i, c;
-  std::size_t n;
-  std::uint32_t cp, min;
-  if ((c & 0xe0) == 0xc0) n = 1, cp = c & 0x1f, min = 0x80;
-  else if ((c & 0xf0) == 0xe0) n = 2, cp = c & 0x0f, min = 0x800;
-  else if ((c & 0xf8) == 0xf0) n = 3, cp = c & 0x07, min = 0x10000;
-  else return std::nullopt;
-  if (s.size() - i <= n) return std::nullopt;
-  for (std::size_t k = 1; k <= n; ++k) {
-    const auto d = static_cast<unsigned char>(s[i + k]);
-    if ((d & 0xc0) != 0x80) return std::nullopt;
-    cp = cp << 6 | (d & 0x3f);
-  }
-  if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return std::nullopt;
-  i += n + 1;
-  return cp;
-}
-
-// Offset of the first invalid UTF-8 byte, or nullopt if `s` is valid.
-std::optional<std::size_t> invalid_utf8(std::string_view s) {
-  for (std::size_t i = 0; i < s.size();) {
-    const std::size_t at = i;
-    if (!next_utf8(s, i)) return at;
-  }
-  return std::nullopt;
-}
 
 std::string latin1_to_utf8(std::string_view s) {
   std::string out;
@@ -504,7 +460,7 @@ T read_le(const std::byte* p) {
 // Latin-1 (as NumPy reads them).
 std::string header_text(std::string_view raw, unsigned major, const std::string& file) {
   if (major < 3) return latin1_to_utf8(raw);
-  if (const auto bad = invalid_utf8(raw))
+  if (const auto bad = invalid_utf8_at(raw))
     fail(file, "header", "not valid UTF-8 at byte " + std::to_string(*bad) + " (format 3.0 headers are UTF-8), near '" +
                              printable(raw.substr(*bad > 10 ? *bad - 10 : 0), 30) + "'");
   return std::string(raw);
@@ -677,7 +633,7 @@ std::string npy_header(DataType dtype, std::span<const std::uint64_t> shape) {
 DataType parse_npy_descr(std::string_view literal) {
   const std::string file;
   if (literal.size() > kNpyMaxHeaderBytes) fail(file, "header", "descr longer than the header limit");
-  if (const auto bad = invalid_utf8(literal))
+  if (const auto bad = invalid_utf8_at(literal))
     fail(file, "header", "not valid UTF-8 at byte " + std::to_string(*bad));
   const json d = Literal(literal, file).parse();
   return as_descr(file, [&] { return without_orders(parse_descr(d, file, 0).type); });

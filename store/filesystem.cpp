@@ -32,7 +32,6 @@
 #include <spdlog/spdlog.h>
 
 #include <zarrcoro/error.hpp>
-#include <zarrcoro/store/memory.hpp>  // clip
 
 #include "store/offload.hpp"
 

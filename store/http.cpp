@@ -6,7 +6,6 @@
 #include <boost/algorithm/string/predicate.hpp>
 
 #include <zarrcoro/error.hpp>
-#include <zarrcoro/store/memory.hpp>  // clip
 
 #include "store/http_client.hpp"
 #include "store/sigv4.hpp"  // uri_encode

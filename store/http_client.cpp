@@ -27,7 +27,6 @@
 
 #include <zarrcoro/error.hpp>
 #include <zarrcoro/spawn.hpp>
-#include <zarrcoro/store/memory.hpp>  // clip
 
 namespace zarrcoro::http {
 

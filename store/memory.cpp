@@ -6,22 +6,6 @@
 
 namespace zarrcoro {
 
-ByteExtent clip(const ByteRange& range, std::uint64_t size) {
-  std::uint64_t begin = 0, end = size;
-  switch (range.kind) {
-    case ByteRange::Kind::full:
-      break;
-    case ByteRange::Kind::range:
-      begin = std::min(range.offset, size);
-      end = begin + std::min(range.length, size - begin);
-      break;
-    case ByteRange::Kind::suffix:
-      begin = size - std::min(range.length, size);
-      break;
-  }
-  return {begin, end};
-}
-
 Generation MemoryStore::generation_of(const Entry* e) {
   return e ? Generation{"m" + std::to_string(e->version)} : Generation::absent();
 }

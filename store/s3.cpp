@@ -23,7 +23,7 @@
 
 #include <zarrcoro/error.hpp>
 #include <zarrcoro/spawn.hpp>
-#include <zarrcoro/store/memory.hpp>  // clip
+#include "core/text.hpp"
 
 #include "store/http_client.hpp"
 #include "store/offload.hpp"
@@ -53,27 +53,6 @@ std::string trim_slashes(std::string_view s) {
 // ---- minimal XML, enough for S3's flat documents (store/s3_xml.hpp) ----
 
 namespace s3xml {
-namespace {
-
-void append_utf8(std::string& out, unsigned long cp) {
-  if (cp < 0x80) {
-    out += char(cp);
-  } else if (cp < 0x800) {
-    out += char(0xC0 | (cp >> 6));
-    out += char(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += char(0xE0 | (cp >> 12));
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  } else {
-    out += char(0xF0 | (cp >> 18));
-    out += char(0x80 | ((cp >> 12) & 0x3F));
-    out += char(0x80 | ((cp >> 6) & 0x3F));
-    out += char(0x80 | (cp & 0x3F));
-  }
-}
-
-}  // namespace
 
 std::string xml_unescape(std::string_view s) {
   std::string out;
@@ -102,7 +81,7 @@ std::string xml_unescape(std::string_view s) {
       if (digits.empty() || *end != '\0' || cp > 0x10FFFF) {
         out.append(s.substr(i, semi - i + 1));
       } else {
-        append_utf8(out, cp);
+        detail::append_utf8(out, static_cast<char32_t>(cp));
       }
     } else {
       out.append(s.substr(i, semi - i + 1));

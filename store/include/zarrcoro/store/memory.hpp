@@ -75,12 +75,4 @@ class MemoryStore : public Store {
   boost::unordered_flat_map<std::string, Entry> values_;  // no pointer into it outlives mu_
 };
 
-// The half-open byte interval [begin, end) that `range` selects from a value
-// of `size` bytes, clipped to the value (see Store::get). Shared by stores.
-struct ByteExtent {
-  std::uint64_t begin = 0, end = 0;
-  std::uint64_t size() const { return end - begin; }
-};
-ByteExtent clip(const ByteRange& range, std::uint64_t size);
-
 }  // namespace zarrcoro

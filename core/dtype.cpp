@@ -10,7 +10,7 @@
 
 #include <zarrcoro/error.hpp>
 
-#include "engine/checked.hpp"
+#include "core/checked.hpp"
 
 namespace zarrcoro {
 

@@ -1,8 +1,27 @@
+// The Store base class's shared parts: key validation, byte-range clipping,
+// the defaults that map one primitive set onto the other (store.hpp).
+#include <algorithm>
 #include <cassert>
 #include <zarrcoro/error.hpp>
 #include <zarrcoro/store.hpp>
 
 namespace zarrcoro {
+
+ByteExtent clip(const ByteRange& range, std::uint64_t size) {
+  std::uint64_t begin = 0, end = size;
+  switch (range.kind) {
+    case ByteRange::Kind::full:
+      break;
+    case ByteRange::Kind::range:
+      begin = std::min(range.offset, size);
+      end = begin + std::min(range.length, size - begin);
+      break;
+    case ByteRange::Kind::suffix:
+      begin = size - std::min(range.length, size);
+      break;
+  }
+  return {begin, end};
+}
 
 void validate_key(const std::string& key) {
   auto bad = [&](const char* why) { throw InvalidArgument(key, "key", why); };

@@ -64,6 +64,14 @@ struct ByteRange {
   static ByteRange last(std::uint64_t length) { return {Kind::suffix, 0, length}; }
 };
 
+// The half-open byte interval [begin, end) that `range` selects from a value
+// of `size` bytes, clipped to the value (see Store::get). Shared by stores.
+struct ByteExtent {
+  std::uint64_t begin = 0, end = 0;
+  std::uint64_t size() const { return end - begin; }
+};
+ByteExtent clip(const ByteRange& range, std::uint64_t size);
+
 // The version of one stored value: an opaque token that changes whenever the
 // value is replaced (FilesystemStore: device, inode, size and modification
 // time of the file read; MemoryStore: a counter; HTTP and S3: the ETag).

@@ -44,8 +44,8 @@ using CompletionSignature = typename Completion<T>::signature;
 template <class T>
 using AnyCompletion = boost::asio::any_completion_handler<CompletionSignature<T>>;
 
-// co_spawn(ex, op, handler), compiled once per result type (engine/async.cpp
-// instantiates it for every T the public API uses). An empty `ex` means the
+// co_spawn(ex, op, handler), compiled once per result type (core/async.cpp
+// and engine/async.cpp instantiate it for every T the public API uses). An empty `ex` means the
 // system executor (a store that does no I/O of its own).
 template <class T>
 void spawn(boost::asio::any_io_executor ex, boost::asio::awaitable<T> op, AnyCompletion<T> handler);
