@@ -63,24 +63,13 @@ struct RuntimeOptions {
   // the I/O threads. Under SCHED_IDLE (below) the nice value has no effect;
   // it matters when that is off or refused. 0 leaves them alone.
   int codec_nice = 10;
-  // Runs every codec pool thread under Linux's SCHED_IDLE policy, the
-  // lowest weight the fair scheduler has (3, against 1024 at nice 0 and 110
-  // at nice 10). A thread of the normal policy that wakes preempts a codec
-  // thread at once, and one that is runnable is in practice picked before
-  // it, so an I/O thread preempted by, say, a reader thread it woke does not
-  // then wait until the next scheduler tick (4 ms at HZ=250) behind a codec
-  // thread, as it can under nice alone.
-  // The cost, on Linux only:
-  //  - while threads of a normal policy in the same cgroup (or autogroup:
-  //    the same terminal session) keep every core busy, codec work all but
-  //    stops, and the reads waiting on it with it;
-  //  - a codec thread holding a lock the I/O thread then needs (Asio's
-  //    scheduler mutex, while posting a batch's completion) resumes only
-  //    when such a core frees up;
-  //  - work the caller posts to codec_executor(), and threads it starts
-  //    there, run under SCHED_IDLE too.
-  // Best effort: a refusal (some sandboxes) is logged once, and codec_nice
-  // still applies. false leaves the policy alone.
+  // Runs every codec pool thread under Linux's SCHED_IDLE policy, so that a
+  // waking I/O thread preempts codec work at once (docs/design.md, "Keeping
+  // the loop responsive"). The cost: while normal threads in the same
+  // cgroup keep every core busy, codec work (and the reads waiting on it)
+  // all but stops; work the caller posts to codec_executor() runs under it
+  // too. Best effort: a refusal is logged once, and codec_nice still
+  // applies. false leaves the policy alone.
   bool codec_sched_idle = true;
   // Time slice asked of the kernel for each owned I/O thread (see
   // set_thread_time_slice below), so that an I/O thread waking on a core busy
