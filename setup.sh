@@ -40,28 +40,38 @@ if [ -f tests/interop/package-lock.json ] && [ ! -d tests/interop/node_modules/z
   npm ci --prefix tests/interop --no-audit --no-fund --loglevel=error >/dev/null
 fi
 
-# The peers of the interop matrix (tests/interop/peers, ctest interop_peers):
-# the pinned PyPI packages of requirements.txt in a virtual environment,
-# remade when the pins change. zarr 3.4 needs Python >= 3.12, which Debian 12
-# lacks: a python3.13 or python3.12 on PATH or in pyenv serves; without one
-# the test is skipped.
-peers=tests/interop/peers
-if ! cmp -s "$peers/requirements.txt" "$peers/.venv/requirements.txt"; then
-  py=""
+# Python >= 3.12 (zarr 3.4 needs it; Debian 12 has 3.11): a python3.13 or
+# python3.12 on PATH, else one of pyenv's. Empty if there is none.
+python312() {
   for candidate in python3.13 python3.12 "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.1[2-9]*/bin/python3; do
     if command -v "$candidate" >/dev/null &&
        "$candidate" -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then
-      py=$candidate
-      break
+      echo "$candidate"
+      return
     fi
   done
-  if [ -n "$py" ]; then
-    echo "setup: installing the interop peers ($peers/requirements.txt) with $py"
-    rm -rf "$peers/.venv"
-    "$py" -m venv "$peers/.venv"
-    "$peers/.venv/bin/pip" install -q --disable-pip-version-check -r "$peers/requirements.txt"
-    cp "$peers/requirements.txt" "$peers/.venv/requirements.txt"
-  else
-    echo "setup: no Python >= 3.12 for the interop peers (zarr 3.4 needs it): ctest interop_peers will skip"
+}
+
+# make_venv DIR REQUIREMENTS WHAT: a virtual environment at DIR with the
+# pinned REQUIREMENTS, remade when the pins change; without a Python >= 3.12
+# the tests that need it are skipped (and fail under CI).
+make_venv() {
+  local dir=$1 requirements=$2 what=$3
+  cmp -s "$requirements" "$dir/requirements.txt" && return
+  local py
+  py=$(python312)
+  if [ -z "$py" ]; then
+    echo "setup: no Python >= 3.12 for $what: its tests will skip"
+    return
   fi
-fi
+  echo "setup: installing $what ($requirements) with $py"
+  rm -rf "$dir"
+  "$py" -m venv "$dir"
+  "$dir/bin/pip" install -q --disable-pip-version-check -r "$requirements"
+  cp "$requirements" "$dir/requirements.txt"
+}
+
+# The peers of the interop matrix (tests/interop/peers, ctest interop_peers).
+make_venv tests/interop/peers/.venv tests/interop/peers/requirements.txt "the interop peers"
+# The Python binding's build and tests (python/, ctest python_binding).
+make_venv python/.venv python/requirements-dev.txt "the Python binding's build and tests"

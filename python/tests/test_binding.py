@@ -1,0 +1,176 @@
+"""The Python binding (ctest python_binding): NumPy indexing against NumPy
+itself, every dtype kind through both formats, strings, typed errors,
+pickling, and asyncio: completions through the loop, cancellation, and the
+loop kept free of codec work while 64 reads run."""
+import asyncio
+import pickle
+
+import numpy as np
+import pytest
+
+import zarrcoro
+
+
+@pytest.fixture
+def runtime():
+    with zarrcoro.Runtime(codec_threads=2) as rt:
+        yield rt
+
+
+def test_basic_indexing_reads_what_numpy_reads(tmp_path, runtime):
+    expected = np.arange(11 * 7 * 5, dtype="<i4").reshape(11, 7, 5)
+    a = zarrcoro.create_array(tmp_path / "a", shape=expected.shape, chunks=(3, 4, 2), dtype="<i4",
+                              runtime=runtime)
+    a[...] = expected
+    selections = [np.s_[...], np.s_[3], np.s_[-1], np.s_[2:9:3], np.s_[::-2], np.s_[10:2:-3, 1],
+                  np.s_[..., 4], np.s_[4, ..., -2], np.s_[1:1], np.s_[:, 5:0:-1, ::4], np.s_[0, 0, 0],
+                  np.s_[-11:, -7::2, 1:-1]]
+    for sel in selections:
+        got = a[sel]
+        assert got.dtype == expected.dtype
+        assert got.shape == expected[sel].shape, sel
+        assert np.array_equal(got, expected[sel]), sel
+    for bad in (np.s_[11], np.s_[0, -8], np.s_[0, 0, 0, 0], np.s_[..., ...], np.s_[[1, 2]], np.s_[0.5]):
+        with pytest.raises(IndexError):
+            a[bad]
+
+
+def test_writes_land_where_numpy_puts_them_and_missing_chunks_read_fill(tmp_path, runtime):
+    a = zarrcoro.create_array(tmp_path / "w", shape=(9, 6), chunks=(4, 4), dtype="float64", fill_value=-2.5,
+                              runtime=runtime)
+    model = np.full((9, 6), -2.5)
+    a[1:3, 2:] = 7.0
+    model[1:3, 2:] = 7.0
+    a[5] = np.arange(6)
+    model[5] = np.arange(6)
+    a[8:3:-1, 0] = [1, 2, 3, 4, 5]
+    model[8:3:-1, 0] = [1, 2, 3, 4, 5]
+    assert np.array_equal(a[:], model)
+    assert sorted(p.name for p in (tmp_path / "w" / "c").iterdir()) == ["0", "1", "2"]
+    with pytest.raises(IndexError):
+        a[::2] = 0.0  # a step would rewrite the elements between
+    reopened = zarrcoro.open_array(tmp_path / "w", runtime=runtime, mode="r")
+    assert reopened.fill_value == -2.5
+    with pytest.raises(zarrcoro.InvalidArgument):
+        reopened[0] = 1.0
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+@pytest.mark.parametrize("dtype", ["bool", "int8", ">i2", "<u4", "int64", "float16", ">f4", "float64", "complex64",
+                                   ">c16"])
+def test_every_numeric_dtype_round_trips_exactly(tmp_path, runtime, zarr_format, dtype):
+    rng = np.random.default_rng(1)
+    data = rng.integers(-100, 100, size=(5, 3)).astype(dtype)
+    a = zarrcoro.create_array(tmp_path / "d", shape=(5, 3), chunks=(2, 2), dtype=dtype, zarr_format=zarr_format,
+                              runtime=runtime)
+    a[:] = data
+    b = zarrcoro.open_array(tmp_path / "d", runtime=runtime)
+    assert b.dtype == np.dtype(dtype).newbyteorder("=")  # read in native order
+    assert b.zarr_format == zarr_format
+    assert np.array_equal(b[:], data)
+
+
+def test_strings_and_sharded_arrays(tmp_path, runtime):
+    s = zarrcoro.create_array(tmp_path / "s", shape=(5,), chunks=(2,), dtype=str, fill_value="-", runtime=runtime)
+    s[1:4] = ["\u00e9t\u00e9", "", "x"]
+    assert list(zarrcoro.open_array(tmp_path / "s", runtime=runtime)[:]) == ["-", "\u00e9t\u00e9", "", "x", "-"]
+    a = zarrcoro.create_array(tmp_path / "sh", shape=(8, 8), chunks=(2, 2), shards=(4, 8), dtype="uint16",
+                              runtime=runtime)
+    a[2:7, 1:3] = 9
+    expected = np.zeros((8, 8), "uint16")
+    expected[2:7, 1:3] = 9
+    assert np.array_equal(a[:], expected)
+    assert a.metadata["codecs"][0]["name"] == "sharding_indexed"
+
+
+def test_errors_are_typed_and_name_the_key_and_field(tmp_path, runtime):
+    with pytest.raises(zarrcoro.NotFound) as e:
+        zarrcoro.open_array(tmp_path / "nothing", runtime=runtime)
+    assert e.value.key == "zarr.json"
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "zarr.json").write_text('{"zarr_format": 3, "node_type": "array", "shape": [2], '
+                                                '"data_type": "float8", "chunk_grid": "regular"}')
+    with pytest.raises(zarrcoro.ZarrcoroError) as e:
+        zarrcoro.open_array(tmp_path / "bad", runtime=runtime)
+    assert e.value.key == "zarr.json"
+    a = zarrcoro.create_array(tmp_path / "x", shape=(4,), chunks=(2,), dtype="int16", runtime=runtime)
+    with pytest.raises(zarrcoro.AlreadyExists):
+        zarrcoro.create_array(tmp_path / "x", shape=(4,), chunks=(2,), dtype="int16", runtime=runtime)
+    with pytest.raises(zarrcoro.InvalidArgument) as e:
+        a.read_into(np.empty(4, "int32"))
+    assert e.value.field == "out"
+    with pytest.raises(ValueError):
+        a[:] = np.zeros(3)
+    with pytest.raises(zarrcoro.InvalidArgument):
+        zarrcoro.create_array(tmp_path / "__y", shape=(1,), dtype="int8", path="__y", runtime=runtime)
+    runtime.close()
+    with pytest.raises(zarrcoro.InvalidArgument) as e:
+        a[0]
+    assert e.value.field == "runtime"
+
+
+def test_arrays_pickle_as_what_reopens_them(tmp_path):
+    a = zarrcoro.create_array(tmp_path / "p", shape=(3,), chunks=(2,), dtype="int32")
+    a[:] = [4, 5, 6]
+    b = pickle.loads(pickle.dumps(a))
+    assert b.path == a.path and b.shape == (3,)
+    assert list(b[:]) == [4, 5, 6]
+
+
+def test_groups_list_their_members(tmp_path, runtime):
+    g = zarrcoro.create_group(tmp_path / "g", attributes={"k": 1}, runtime=runtime)
+    zarrcoro.create_array(tmp_path / "g", path="x", shape=(2,), dtype="int8", runtime=runtime)
+    zarrcoro.create_group(tmp_path / "g", path="sub", runtime=runtime)
+    g = zarrcoro.open_group(tmp_path / "g", runtime=runtime)
+    assert g.attrs == {"k": 1}
+    assert g.members() == [("sub", "group"), ("x", "array")]
+    assert g["x"].shape == (2,)
+    assert "sub" in g and "nope" not in g
+
+
+def test_asyncio_reads_complete_through_the_loop_which_runs_no_codec_work(tmp_path):
+    rt = zarrcoro.Runtime(codec_threads=2)
+    data = np.arange(64 * 4096, dtype="<u4").reshape(64, 4096)
+    a = zarrcoro.create_array(tmp_path / "z", shape=data.shape, chunks=(1, 4096), dtype="<u4", runtime=rt)
+    a[:] = data
+    before = rt.stats()
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        ticks = 0
+        done = False
+
+        def tick():
+            nonlocal ticks
+            ticks += 1
+            if not done:
+                loop.call_soon(tick)
+
+        loop.call_soon(tick)
+        rows = await asyncio.gather(*(a.read_async(np.s_[i]) for i in range(64)))
+        done = True
+        return rows, ticks
+
+    rows, ticks = asyncio.run(main())
+    for i, row in enumerate(rows):
+        assert np.array_equal(row, data[i])
+    after = rt.stats()
+    assert after["codec_calls"] - before["codec_calls"] >= 64  # every chunk decoded (zstd) ...
+    assert after["codec_calls_on_io_thread"] == 0  # ... off the engine's I/O thread, and the loop's thread ran
+    assert ticks >= 2  # its own callbacks while the reads were in flight (they complete by call_soon_threadsafe)
+
+
+def test_cancelling_the_task_cancels_the_read_and_the_runtime_stays_usable(tmp_path):
+    rt = zarrcoro.Runtime(codec_threads=1)
+    a = zarrcoro.create_array(tmp_path / "c", shape=(256, 4096), chunks=(1, 4096), dtype="float64", runtime=rt)
+    a[:] = 1.0
+
+    async def main():
+        task = asyncio.ensure_future(a.read_async())
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return await a.read_async(np.s_[3])
+
+    assert np.array_equal(asyncio.run(main()), np.ones(4096))

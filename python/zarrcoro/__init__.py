@@ -1,0 +1,412 @@
+"""zarrcoro: Zarr v2 and v3 arrays on zarrcoro's C++ engine.
+
+Store I/O runs on the engine's io_context and codec work on its own thread
+pool, in batches; Python waits for neither: blocking calls release the GIL,
+and ``await arr.read_async(...)`` completes an asyncio future once per call
+through the running loop (``call_soon_threadsafe``), never through a thread
+per call or per chunk. Cancelling the awaiting task cancels the operation.
+
+    import zarrcoro
+    a = zarrcoro.create_array("data.zarr", shape=(100, 100), chunks=(10, 10), dtype="float32")
+    a[:10, :] = 1.5
+    a[5, ::2]            # NumPy basic indexing
+    b = zarrcoro.open_array("data.zarr")
+    await b.read_async(np.s_[:, 3])
+
+Stores are named by URL: a local path, ``file://``, ``http(s)://``
+(read-only), ``s3://bucket/prefix`` (``storage_options``: endpoint, region,
+access_key_id, secret_access_key, session_token) or ``memory://name`` (one
+store per name for the runtime's life).
+"""
+import ast
+import asyncio
+import json
+import math
+
+import numpy as np
+
+from . import _zarrcoro
+from . import errors
+from ._selection import is_contiguous, normalize
+from .errors import (AlreadyExists, Cancelled, CorruptChunk, InvalidArgument, InvalidMetadata, NotFound,
+                     StoreError, UnsupportedError, ZarrcoroError)
+
+_zarrcoro._set_error_classes(errors.BY_ENGINE_NAME)
+
+__all__ = [
+    "Runtime", "Array", "Group", "open_array", "create_array", "open_group", "create_group", "default_runtime",
+    "ZarrcoroError", "InvalidMetadata", "UnsupportedError", "CorruptChunk", "StoreError", "NotFound", "Cancelled",
+    "InvalidArgument", "AlreadyExists",
+]
+
+
+class Runtime:
+    """The engine: an io_context for store I/O and a codec thread pool.
+
+    ``codec_threads`` 0 means one per core. ``close()`` refuses new
+    operations at once (InvalidArgument); the threads end when the last
+    array or group opened through the runtime is gone. Thread-safe.
+    """
+
+    def __init__(self, codec_threads=0, io_threads=1, max_inflight_bytes=0, max_inflight_requests=0):
+        self._native = _zarrcoro.Runtime(codec_threads, io_threads, max_inflight_bytes, max_inflight_requests)
+
+    def close(self):
+        self._native.close()
+
+    @property
+    def closed(self):
+        return self._native.closed
+
+    @property
+    def codec_threads(self):
+        return self._native.codec_threads
+
+    def stats(self):
+        """Engine counters: pool submissions, inline batches, chunks, codec calls
+        (and those on an I/O thread, which stays 0)."""
+        return self._native.stats()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+_default = None
+
+
+def default_runtime():
+    """The process's shared Runtime, made on first use."""
+    global _default
+    if _default is None or _default.closed:
+        _default = Runtime()
+    return _default
+
+
+def _numpy_dtype(native):
+    kind = native.dtype_kind
+    if kind == "string":
+        return np.dtypes.StringDType() if hasattr(np, "dtypes") and hasattr(np.dtypes, "StringDType") else np.dtype(object)
+    if kind == "bytes":
+        return np.dtype(object)
+    descr = native.npy_descr  # the in-memory layout (native byte order), as .npy headers spell it
+    return np.dtype(ast.literal_eval(descr) if descr.startswith("[") else descr)
+
+
+class Array:
+    """A Zarr array. Index it as a NumPy array (basic indexing: integers,
+    slices with steps, Ellipsis) to read and write; ``read_async`` and
+    ``write_async`` await the same from asyncio. A cheap handle: methods may
+    be called from any thread at once. Pickles as what reopens it."""
+
+    def __init__(self, native, runtime, url, storage_options, mode):
+        self._native = native
+        self._runtime = runtime
+        self._url = url
+        self._storage_options = storage_options
+        self._mode = mode
+        self.dtype = _numpy_dtype(native)
+
+    # -- description
+    @property
+    def shape(self):
+        return tuple(self._native.shape)
+
+    @property
+    def chunks(self):
+        return tuple(self._native.chunks)
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return math.prod(self.shape)
+
+    @property
+    def path(self):
+        return self._native.path
+
+    @property
+    def zarr_format(self):
+        return self._native.zarr_format
+
+    @property
+    def attrs(self):
+        return json.loads(self._native.attributes)
+
+    @property
+    def metadata(self):
+        """The array's metadata document (v3 zarr.json, v2 .zarray) as a dict."""
+        return json.loads(self._native.metadata)
+
+    @property
+    def fill_value(self):
+        raw = self._native.fill_value_bytes
+        if self._is_strings():
+            return raw.decode() if self._native.dtype_kind == "string" else raw
+        return np.frombuffer(raw, self.dtype)[0] if raw else self.dtype.type(0)
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of a 0-d array")
+        return self.shape[0]
+
+    def __repr__(self):
+        return "<zarrcoro.Array %r shape=%s dtype=%s chunks=%s>" % (self._url + "/" + self.path, self.shape,
+                                                                    self.dtype, self.chunks)
+
+    def __reduce__(self):
+        return (open_array, (self._url, self.path, self._mode, self._storage_options))
+
+    # -- reading
+    def _is_strings(self):
+        return self._native.dtype_kind != "fixed"
+
+    def __getitem__(self, key):
+        start, stop, local, shape = normalize(key, self.shape)
+        box = tuple(b - a for a, b in zip(start, stop))
+        if self._is_strings():
+            out = np.empty(math.prod(box), self.dtype)
+            if out.size:
+                out[:] = self._native.read_strings(start, stop)
+            return out.reshape(box)[local]
+        out = np.empty(box, self.dtype)
+        if out.size:
+            self._native.read_into(start, stop, out)
+        return out[local] if shape != box or not is_contiguous(local) else out.reshape(shape)
+
+    def read(self, selection=Ellipsis):
+        """``self[selection]``."""
+        return self[selection]
+
+    def read_into(self, out, selection=Ellipsis):
+        """Reads ``self[selection]`` (a box: no steps) into ``out``, a
+        C-contiguous array of the selection's shape and the array's dtype."""
+        start, stop, local, shape = normalize(selection, self.shape)
+        if not is_contiguous(local):
+            raise IndexError("read_into takes a selection without steps")
+        self._check_buffer(out, shape, "out")
+        if out.size:
+            self._native.read_into(start, stop, out.reshape(-1))
+        return out
+
+    async def read_async(self, selection=Ellipsis):
+        """``self[selection]``, awaited: the engine completes it through the
+        running loop once; cancelling the task cancels the read."""
+        if self._is_strings():
+            raise UnsupportedError("read_async of a string array is not supported yet; use arr[...]")
+        start, stop, local, shape = normalize(selection, self.shape)
+        box = tuple(b - a for a, b in zip(start, stop))
+        out = np.empty(box, self.dtype)
+        if out.size:
+            await self._await(self._native.read_into_async, start, stop, out.reshape(-1))
+        return out[local] if not is_contiguous(local) else out.reshape(shape)
+
+    async def write_async(self, selection, value):
+        """``self[selection] = value``, awaited (as read_async)."""
+        start, stop, data = self._prepare_write(selection, value)
+        if data is not None and data.size:
+            await self._await(self._native.write_async, start, stop, data.reshape(-1))
+
+    async def _await(self, start_op, start, stop, buffer):
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        op = start_op(start, stop, buffer, loop, future)
+        future.add_done_callback(lambda f: op.cancel() if f.cancelled() else None)
+        await future
+
+    # -- writing
+    def _prepare_write(self, selection, value):
+        """The box to write and its data (C order, the array's dtype)."""
+        start, stop, local, shape = normalize(selection, self.shape)
+        box = tuple(b - a for a, b in zip(start, stop))
+        axes = [s for s in local if isinstance(s, slice)]  # one per axis of the selection
+        if any(s.step not in (None, 1, -1) for s in axes):
+            raise IndexError("writes take slices of step 1 or -1 (a step would rewrite the elements between)")
+        dtype = object if self._is_strings() else self.dtype
+        data = np.broadcast_to(np.asarray(value, dtype=dtype), shape)
+        data = data[tuple(slice(None, None, -1) if s.step == -1 else slice(None) for s in axes)].reshape(box)
+        return start, stop, data if self._is_strings() else np.ascontiguousarray(data)
+
+    def __setitem__(self, selection, value):
+        if self._mode == "r":
+            raise InvalidArgument("the array was opened read-only (mode='r')", field="mode")
+        start, stop, data = self._prepare_write(selection, value)
+        if not data.size:
+            return
+        if self._is_strings():
+            self._native.write_strings(start, stop, data.reshape(-1).tolist())
+        else:
+            self._native.write(start, stop, data.reshape(-1))
+
+    def _check_buffer(self, buf, shape, what):
+        if not isinstance(buf, np.ndarray) or buf.dtype != self.dtype or tuple(buf.shape) != tuple(shape):
+            raise InvalidArgument("%s must be an ndarray of shape %s and dtype %s, got %s" % (
+                what, tuple(shape), self.dtype, getattr(buf, "shape", type(buf).__name__)), field=what)
+        if not buf.flags.c_contiguous or not buf.flags.writeable:
+            raise InvalidArgument("%s must be C-contiguous and writeable" % what, field=what)
+
+    # -- metadata
+    def update_attributes(self, attributes):
+        """Replaces the attributes; returns the array as it is then."""
+        native = self._native.set_attributes(json.dumps(attributes))
+        return Array(native, self._runtime, self._url, self._storage_options, self._mode)
+
+    def resize(self, shape):
+        native = self._native.resize(list(shape))
+        return Array(native, self._runtime, self._url, self._storage_options, self._mode)
+
+
+class Group:
+    """A Zarr group: attributes, members, and the arrays and groups below it."""
+
+    def __init__(self, native, runtime, url, storage_options, mode):
+        self._native = native
+        self._runtime = runtime
+        self._url = url
+        self._storage_options = storage_options
+        self._mode = mode
+
+    @property
+    def path(self):
+        return self._native.path
+
+    @property
+    def zarr_format(self):
+        return self._native.zarr_format
+
+    @property
+    def attrs(self):
+        return json.loads(self._native.attributes)
+
+    def members(self, recursive=False):
+        """[(name, "array" | "group")], depth first by name."""
+        return [(name, kind) for name, kind, _, _ in self._native.members(recursive)]
+
+    def __getitem__(self, name):
+        for member, kind in self.members():
+            if member == name:
+                native = self._native.open_array(name) if kind == "array" else self._native.open_group(name)
+                cls = Array if kind == "array" else Group
+                return cls(native, self._runtime, self._url, self._storage_options, self._mode)
+        raise KeyError(name)
+
+    def __iter__(self):
+        return (name for name, _ in self.members())
+
+    def __contains__(self, name):
+        return any(name == member for member, _ in self.members())
+
+    def __reduce__(self):
+        return (open_group, (self._url, self.path, self._mode, self._storage_options))
+
+    def update_attributes(self, attributes):
+        native = self._native.set_attributes(json.dumps(attributes))
+        return Group(native, self._runtime, self._url, self._storage_options, self._mode)
+
+
+def _url(store):
+    return str(store)
+
+
+def open_array(store, path="", mode="r+", storage_options=None, runtime=None):
+    """Opens the array at ``path`` in ``store`` (a path or URL). NotFound if
+    there is none. ``mode`` "r" refuses writes."""
+    runtime = runtime or default_runtime()
+    options = dict(storage_options or {})
+    native = _zarrcoro.Array.open(runtime._native, _url(store), path, options)
+    return Array(native, runtime, _url(store), options, mode)
+
+
+def open_group(store, path="", mode="r+", storage_options=None, runtime=None):
+    runtime = runtime or default_runtime()
+    options = dict(storage_options or {})
+    native = _zarrcoro.Group.open(runtime._native, _url(store), path, options)
+    return Group(native, runtime, _url(store), options, mode)
+
+
+def create_group(store, path="", attributes=None, zarr_format=3, overwrite=False, storage_options=None, runtime=None):
+    runtime = runtime or default_runtime()
+    options = dict(storage_options or {})
+    native = _zarrcoro.Group.create(runtime._native, _url(store), path, json.dumps(attributes or {}), zarr_format,
+                                    overwrite, options)
+    return Group(native, runtime, _url(store), options, "r+")
+
+
+def _fill_json(value, dtype):
+    if dtype.kind == "f":
+        v = float(value)
+        return "NaN" if math.isnan(v) else "Infinity" if v == math.inf else "-Infinity" if v == -math.inf else v
+    if dtype.kind == "c":
+        c = complex(value)
+        return [_fill_json(c.real, np.dtype("f8")), _fill_json(c.imag, np.dtype("f8"))]
+    if dtype.kind == "b":
+        return bool(value)
+    if dtype.kind in "iu":
+        return int(value)
+    return value
+
+
+_V3_NAMES = {"b": "bool", "i": "int", "u": "uint", "f": "float", "c": "complex"}
+
+
+def create_array(store, shape, dtype, chunks=None, path="", fill_value=None, compressor="zstd", shards=None,
+                 zarr_format=3, attributes=None, dimension_names=None, overwrite=False, storage_options=None,
+                 runtime=None):
+    """Creates an array and returns it open for writing.
+
+    ``dtype``: a NumPy dtype of a number or bool (either byte order), or
+    ``str`` for variable-length UTF-8 strings. ``chunks``: the chunk (with
+    ``shards``, the inner chunk) shape, default the whole array. ``compressor``:
+    "zstd", "gzip" or None. ``shards``: the shard shape (v3). Raises
+    AlreadyExists unless ``overwrite``.
+    """
+    runtime = runtime or default_runtime()
+    options = dict(storage_options or {})
+    shape = [int(n) for n in shape]
+    chunks = [int(n) for n in (chunks or [max(1, n) for n in shape])]
+    is_str = dtype is str or (isinstance(dtype, str) and dtype in ("str", "string")) or \
+        getattr(dtype, "kind", None) == "T"  # variable-length UTF-8 (NumPy's StringDType)
+    dt = None if is_str else np.dtype(dtype)
+    if fill_value is None:
+        fill_value = "" if is_str else 0
+    if zarr_format == 2:
+        compressors = {None: None, "zstd": {"id": "zstd", "level": 3}, "gzip": {"id": "gzip", "level": 5}}
+        doc = {"zarr_format": 2, "shape": shape, "chunks": chunks, "order": "C",
+               "dtype": "|O" if is_str else dt.descr if dt.names else dt.str, "compressor": compressors[compressor],
+               "fill_value": fill_value if is_str else _fill_json(fill_value, dt),
+               "filters": [{"id": "vlen-utf8"}] if is_str else None}
+        if shards:
+            raise InvalidArgument("Zarr v2 has no sharding", field="shards")
+    else:
+        if is_str:
+            data_type, serializer = "string", {"name": "vlen-utf8"}
+        else:
+            if dt.kind not in _V3_NAMES:
+                raise UnsupportedError("create_array makes v3 arrays of numbers, bool and str; %s: use zarr_format=2"
+                                       % dt, field="dtype")
+            data_type = "bool" if dt.kind == "b" else _V3_NAMES[dt.kind] + str(dt.itemsize * 8)
+            serializer = {"name": "bytes", "configuration": {"endian": "big" if dt.byteorder == ">" else "little"}}
+        compressors = {None: [], "zstd": [{"name": "zstd", "configuration": {"level": 3, "checksum": False}}],
+                       "gzip": [{"name": "gzip", "configuration": {"level": 5}}]}
+        codecs = [serializer] + compressors[compressor]
+        grid = chunks
+        if shards:
+            grid = [int(n) for n in shards]
+            codecs = [{"name": "sharding_indexed", "configuration": {
+                "chunk_shape": chunks, "codecs": codecs, "index_location": "end",
+                "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}]}}]
+        doc = {"zarr_format": 3, "node_type": "array", "shape": shape, "data_type": data_type,
+               "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": grid}},
+               "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+               "fill_value": fill_value if is_str else _fill_json(fill_value, dt), "codecs": codecs,
+               "attributes": attributes or {}}
+        if dimension_names is not None:
+            doc["dimension_names"] = list(dimension_names)
+    native = _zarrcoro.Array.create(runtime._native, _url(store), path, json.dumps(doc),
+                                    json.dumps(attributes or {}), overwrite, options)
+    return Array(native, runtime, _url(store), options, "r+")
