@@ -1666,7 +1666,8 @@ asio::awaitable<Array> Array::create(Runtime& rt, std::shared_ptr<Store> store, 
   auto copies = co_await detail::check_consolidated(*store, st->path);
   co_await detail::prepare_create(*store, st->path, mode);
   co_await detail::create_parents(*store, st->path, st->meta.zarr_format);
-  co_await detail::store_array_metadata(*store, st->path, st->meta, mode == CreateMode::overwrite, std::move(copies));
+  co_await detail::store_array_metadata(*store, st->path, st->meta, mode == CreateMode::overwrite, std::move(copies),
+                                        rt.options().write_conflict_timeout);
   co_return Array(std::move(st));
 }
 
@@ -1728,7 +1729,8 @@ asio::awaitable<std::shared_ptr<const Array::State>> set_array_attributes(std::s
   auto next = make_state(*st->rt, st->store, st->path, std::move(meta));
   co_await require_current(st);
   auto copies = co_await detail::check_consolidated(*st->store, st->path);
-  co_await detail::store_array_metadata(*st->store, st->path, next->meta, false, std::move(copies));
+  co_await detail::store_array_metadata(*st->store, st->path, next->meta, false, std::move(copies),
+                                        st->rt->options().write_conflict_timeout);
   co_return next;
 }
 
@@ -1766,7 +1768,8 @@ asio::awaitable<std::shared_ptr<const Array::State>> resize_array(std::shared_pt
     co_await run_op<WriteOp>(st, std::move(cut), ByteSpan(fill));
   }
   co_await erase_chunks_outside(st, std::move(shape));
-  co_await detail::store_array_metadata(*st->store, st->path, next->meta, false, std::move(copies));
+  co_await detail::store_array_metadata(*st->store, st->path, next->meta, false, std::move(copies),
+                                        st->rt->options().write_conflict_timeout);
   co_return next;
 }
 

@@ -4,10 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <random>
 #include <set>
-
-#include <boost/asio/steady_timer.hpp>
 
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/experimental/parallel_group.hpp>
@@ -18,6 +15,7 @@
 #include <zarrcoro/metadata.hpp>
 #include <zarrcoro/spawn.hpp>
 
+#include "engine/conditional_update.hpp"
 #include "engine/node.hpp"
 
 namespace zarrcoro::detail {
@@ -25,7 +23,6 @@ namespace {
 
 using json = nlohmann::json;
 constexpr const char* kZmetadata = ".zmetadata";
-constexpr int kAttempts = 32;  // conditional replacements of one copy before giving up
 
 json empty_inline() { return {{"kind", "inline"}, {"must_understand", false}, {"metadata", json::object()}}; }
 
@@ -122,15 +119,68 @@ void update_entries(json& metadata, bool v2, const std::string& rel, const NodeD
 }
 
 // Visits every consolidated copy held by an ancestor group of `path`.
-// With `update`: writes each copy back with the node's entries replaced by
-// those the node has when the copy is read (see update_entries), its parent
-// groups between the copy's group and it added where missing, retrying on a
-// conflict. Without: only checks that each copy parses and can be written
-// back as strict JSON once the node's own entries are replaced.
-// `keys`: with update, the copies to update (the others are not read);
-// without, where the copies found are added.
+// Where a copy and the node it is updated for are: the copy `key` held by
+// the group `ancestor`, for the node at `path`, `rel` below that group.
+struct CopySite {
+  std::string key, ancestor, rel, path;
+  bool v2 = false;
+};
+
+// The copy `current` with the node's entries replaced by those the node has
+// now (see update_entries), its parent groups between the copy's group and
+// it added where missing (`parents`: their documents, read once per
+// visit); nullopt when there is no copy. Without `update` the node's
+// entries are only dropped: a check that the copy parses and can be
+// written back as strict JSON.
+awaitable<std::optional<Bytes>> updated_copy(Store* store, CopySite site, bool update, bool drop_below,
+                                             std::map<std::string, std::optional<NodeDocs>>* parents,
+                                             std::optional<Bytes> current) {
+  if (!current) co_return std::nullopt;
+  const auto& [key, ancestor, rel, path, v2] = site;
+  json doc = parse_doc(*current, key);
+  json* entries = copy_entries(doc, v2);
+  if (!entries) co_return std::nullopt;
+  // The node as it is now, read after this version of the copy: a writer
+  // that replaced it since this operation wrote it may have updated the
+  // copy already, and must not be undone.
+  std::optional<NodeDocs> node;
+  if (update) node = co_await load_node_docs(*store, path);
+  std::set<std::string> stored;  // metadata keys below the node now, relative to the copy's group
+  if (update && drop_below) {
+    const std::string from = node_prefix(ancestor);
+    const std::vector<std::string> keys_below = co_await store->list(node_prefix(path));
+    for (const auto& k : keys_below)
+      if (is_node_doc_name(std::string_view(k).substr(k.rfind('/') + 1))) stored.insert(k.substr(from.size()));
+  }
+  // A reader nests each entry under its parent group's entry (zarr-python 3
+  // fails on a missing one): add the parents, or leave a v3 node below an
+  // implicit group out.
+  bool placed = update;
+  for (auto s = rel.find('/'); update && s != std::string::npos; s = rel.find('/', s + 1)) {
+    const std::string parent = rel.substr(0, s);
+    if (has_entry(*entries, v2, parent)) continue;
+    const std::string from_root = node_prefix(ancestor) + parent;
+    if (!parents->contains(from_root)) (*parents)[from_root] = co_await load_node_docs(*store, from_root);
+    const auto& found = (*parents)[from_root];
+    if (found && found->node_type == NodeType::group) update_entries(*entries, v2, parent, &*found, false);
+    else if (!v2) placed = false;
+  }
+  update_entries(*entries, v2, rel, placed && node ? &*node : nullptr, drop_below, stored);
+  co_return strict_bytes(doc, key, v2);
+}
+
+awaitable<Update> copy_update(Store* store, CopySite site, bool drop_below,
+                              std::map<std::string, std::optional<NodeDocs>>* parents, std::optional<Bytes> current) {
+  auto bytes = co_await updated_copy(store, std::move(site), true, drop_below, parents, std::move(current));
+  co_return bytes ? Update::store(std::move(*bytes)) : Update::keep();
+}
+
+// With `update`: writes each copy back as updated_copy makes it, through
+// conditional_update (for up to `timeout`). Without: only checks each copy
+// (updated_copy), and adds the keys of those found to `keys`. `keys`: with update, the copies
+// to update (the others are not read).
 awaitable<void> visit_copies(Store& store, std::string path, bool update, bool drop_below,
-                             std::vector<std::string>* keys) {
+                             std::vector<std::string>* keys, std::chrono::milliseconds timeout) {
   std::vector<std::pair<std::string, std::string>> ancestors;  // (ancestor, path relative to it)
   if (!path.empty()) ancestors.emplace_back("", path);
   for (auto s = path.find('/'); s != std::string::npos; s = path.find('/', s + 1))
@@ -138,53 +188,19 @@ awaitable<void> visit_copies(Store& store, std::string path, bool update, bool d
   std::map<std::string, std::optional<NodeDocs>> parents;  // by path from the store root; read once
   for (const auto& [ancestor, rel] : ancestors) {
     for (const bool v2 : {false, true}) {
-      const std::string key = node_prefix(ancestor) + (v2 ? kZmetadata : "zarr.json");
-      if (update && std::find(keys->begin(), keys->end(), key) == keys->end()) continue;
-      for (int attempt = 0;; ++attempt) {
-        ReadOptions ro;
-        ReadResult r = co_await store.read(key, std::move(ro));
-        if (!r.value) break;
-        json doc = parse_doc(*r.value, key);
-        json* entries = copy_entries(doc, v2);
-        if (!entries) break;
-        // The node as it is now, read after this version of the copy: a
-        // writer that replaced it since this operation wrote it may have
-        // updated the copy already, and must not be undone.
-        std::optional<NodeDocs> current;
-        if (update) current = co_await load_node_docs(store, path);
-        std::set<std::string> stored;  // metadata keys below the node now, relative to the copy's group
-        if (update && drop_below) {
-          const std::string from = node_prefix(ancestor);
-          const std::vector<std::string> keys_below = co_await store.list(node_prefix(path));
-          for (const auto& k : keys_below)
-            if (is_node_doc_name(std::string_view(k).substr(k.rfind('/') + 1))) stored.insert(k.substr(from.size()));
-        }
-        // A reader nests each entry under its parent group's entry
-        // (zarr-python 3 fails on a missing one): add the parents, or leave
-        // a v3 node below an implicit group out.
-        bool placed = update;
-        for (auto s = rel.find('/'); update && s != std::string::npos; s = rel.find('/', s + 1)) {
-          const std::string parent = rel.substr(0, s);
-          if (has_entry(*entries, v2, parent)) continue;
-          const std::string from_root = node_prefix(ancestor) + parent;
-          if (!parents.contains(from_root)) parents[from_root] = co_await load_node_docs(store, from_root);
-          const auto& found = parents[from_root];
-          if (found && found->node_type == NodeType::group) update_entries(*entries, v2, parent, &*found, false);
-          else if (!v2) placed = false;
-        }
-        update_entries(*entries, v2, rel, placed && current ? &*current : nullptr, drop_below, stored);
-        Bytes bytes = strict_bytes(doc, key, v2);
-        if (!update) {
-          keys->push_back(key);
-          break;
-        }
-        WriteOptions wo;
-        wo.if_equal = r.generation;
-        const auto written = co_await store.write(key, std::optional<Bytes>(std::move(bytes)), std::move(wo));
-        if (written) break;
-        if (attempt + 1 == kAttempts)
-          throw StoreError(key, "", "another writer kept replacing it (" + std::to_string(kAttempts) + " attempts)");
-        co_await rewrite_backoff(attempt);
+      CopySite site{node_prefix(ancestor) + (v2 ? kZmetadata : "zarr.json"), ancestor, rel, path, v2};
+      if (update) {
+        if (std::find(keys->begin(), keys->end(), site.key) == keys->end()) continue;
+        const std::string key = site.key;
+        Modify rewrite = [&store, site, drop_below, &parents](std::optional<Bytes> current) {
+          return copy_update(&store, site, drop_below, &parents, std::move(current));
+        };
+        co_await conditional_update(store, key, std::move(rewrite), timeout);
+      } else {
+        auto current = co_await store.get(site.key);
+        const std::string key = site.key;
+        auto checked = co_await updated_copy(&store, std::move(site), false, drop_below, &parents, std::move(current));
+        if (checked) keys->push_back(key);
       }
     }
   }
@@ -321,22 +337,20 @@ awaitable<std::optional<NodeDocs>> load_node_docs(Store& store, std::string path
   co_return std::nullopt;
 }
 
-awaitable<ConsolidationBase> consolidation_base(Store& store, std::string path, int zarr_format) {
-  ConsolidationBase base;
-  base.key = node_prefix(path) + (zarr_format == 2 ? kZmetadata : "zarr.json");
-  ReadOptions ro;
-  ReadResult r = co_await store.read(base.key, std::move(ro));
-  base.generation = r.generation;
-  if (zarr_format == 2) co_return base;
-  if (!r.value) throw NotFound(base.key, "", "no group metadata at '" + base.key + "'");
-  base.doc = parse_doc(*r.value, base.key);
-  if (!base.doc.is_object() || base.doc.value("zarr_format", json()) != 3 || base.doc.value("node_type", json()) != "group")
-    throw InvalidMetadata(base.key, "", "expected a Zarr v3 group document");
-  co_return base;
+std::string consolidated_key(const std::string& path, int zarr_format) {
+  return node_prefix(path) + (zarr_format == 2 ? kZmetadata : "zarr.json");
 }
 
-awaitable<bool> consolidate(std::shared_ptr<Store> store, std::string path, int zarr_format,
-                            std::vector<std::string> members, ConsolidationBase base) {
+awaitable<Bytes> consolidated_document(std::shared_ptr<Store> store, std::string path, int zarr_format,
+                                       std::vector<std::string> members, std::optional<Bytes> current) {
+  const std::string key = consolidated_key(path, zarr_format);
+  json doc;
+  if (zarr_format == 3) {
+    if (!current) throw NotFound(key, "", "no group metadata at '" + key + "'");
+    doc = parse_doc(*current, key);
+    if (!doc.is_object() || doc.value("zarr_format", json()) != 3 || doc.value("node_type", json()) != "group")
+      throw InvalidMetadata(key, "", "expected a Zarr v3 group document");
+  }
   const std::string prefix = node_prefix(path);
   json metadata = json::object();
   if (zarr_format == 2) {
@@ -353,21 +367,15 @@ awaitable<bool> consolidate(std::shared_ptr<Store> store, std::string path, int 
     if (zarr_format == 2) add_v2_entries(metadata, members[i], *docs);
     else metadata[members[i]] = v3_entry(*docs);
   }
-  json doc;
   if (zarr_format == 2) {
     doc = {{"zarr_consolidated_format", 1}};
     doc["metadata"] = std::move(metadata);
   } else {
-    doc = std::move(base.doc);
     json cm = empty_inline();
     cm["metadata"] = std::move(metadata);
     doc["consolidated_metadata"] = std::move(cm);
   }
-  Bytes bytes = strict_bytes(doc, base.key, zarr_format == 2);
-  WriteOptions wo;
-  wo.if_equal = base.generation;
-  const auto written = co_await store->write(base.key, std::optional<Bytes>(std::move(bytes)), std::move(wo));
-  co_return written.has_value();
+  co_return strict_bytes(doc, key, zarr_format == 2);
 }
 
 awaitable<std::vector<DocsOrError>> load_nodes_docs(std::shared_ptr<Store> store, std::vector<std::string> paths) {
@@ -389,16 +397,17 @@ awaitable<std::vector<DocsOrError>> load_nodes_docs(std::shared_ptr<Store> store
 
 awaitable<std::vector<std::string>> check_consolidated(Store& store, std::string path) {
   std::vector<std::string> keys;
-  co_await visit_copies(store, std::move(path), false, false, &keys);
+  co_await visit_copies(store, std::move(path), false, false, &keys, kDefaultConflictTimeout);
   co_return keys;
 }
 
-awaitable<void> update_consolidated(Store& store, std::string path, bool drop_below, std::vector<std::string> copies) {
+awaitable<void> update_consolidated(Store& store, std::string path, bool drop_below, std::vector<std::string> copies,
+                                    std::chrono::milliseconds timeout) {
   if (copies.empty()) co_return;
   std::string failed_key, failed_field, detail;
   Errc code{};
   try {
-    co_await visit_copies(store, path, true, drop_below, &copies);
+    co_await visit_copies(store, path, true, drop_below, &copies, timeout);
     co_return;
   } catch (const Error& e) {
     code = e.code();
@@ -411,38 +420,28 @@ awaitable<void> update_consolidated(Store& store, std::string path, bool drop_be
                   "); Group::consolidate writes the copy anew");
 }
 
-awaitable<void> rewrite_backoff(int attempt) {
-  thread_local std::minstd_rand rng{std::random_device{}()};
-  const int ms = std::min(100, 1 << std::min(attempt, 7));
-  std::uniform_int_distribution<int> us(ms * 500, ms * 1500);
-  boost::asio::steady_timer timer(co_await boost::asio::this_coro::executor, std::chrono::microseconds(us(rng)));
-  co_await timer.async_wait(boost::asio::use_awaitable);
+namespace {
+// The group's own `.zmetadata` `current` with the group's attributes as they
+// are now, read after this version of the copy (as updated_copy reads a node).
+awaitable<Update> own_copy_update(Store* store, std::string path, std::string key, std::optional<Bytes> current) {
+  if (!current) co_return Update::keep();
+  json doc = parse_doc(*current, key);
+  json* entries = copy_entries(doc, true);
+  if (!entries) co_return Update::keep();
+  const std::optional<NodeDocs> group = co_await load_node_docs(*store, path);
+  const json attributes = group ? group->attrs : json();
+  if (attributes.is_null() || attributes.empty()) entries->erase(".zattrs");
+  else (*entries)[".zattrs"] = attributes;
+  co_return Update::store(strict_bytes(doc, key, true));
 }
+}  // namespace
 
-awaitable<void> update_own_v2_copy(Store& store, std::string path) {
+awaitable<void> update_own_v2_copy(Store& store, std::string path, std::chrono::milliseconds timeout) {
   const std::string key = node_prefix(path) + kZmetadata;
-  for (int attempt = 0;; ++attempt) {
-    ReadOptions ro;
-    ReadResult r = co_await store.read(key, std::move(ro));
-    if (!r.value) co_return;
-    json doc = parse_doc(*r.value, key);
-    json* entries = copy_entries(doc, true);
-    if (!entries) co_return;
-    // The attributes as they are now, read after this version of the copy
-    // (as visit_copies reads a node).
-    const std::optional<NodeDocs> group = co_await load_node_docs(store, path);
-    const json attributes = group ? group->attrs : json();
-    if (attributes.is_null() || attributes.empty()) entries->erase(".zattrs");
-    else (*entries)[".zattrs"] = attributes;
-    WriteOptions wo;
-    wo.if_equal = r.generation;
-    Bytes bytes = strict_bytes(doc, key, true);
-    const auto written = co_await store.write(key, std::optional<Bytes>(std::move(bytes)), std::move(wo));
-    if (written) co_return;
-    if (attempt + 1 == kAttempts)
-      throw StoreError(key, "", "another writer kept replacing it (" + std::to_string(kAttempts) + " attempts)");
-    co_await rewrite_backoff(attempt);
-  }
+  Modify rewrite = [&store, path, key](std::optional<Bytes> current) {
+    return own_copy_update(&store, path, key, std::move(current));
+  };
+  co_await conditional_update(store, key, std::move(rewrite), timeout);
 }
 
 }  // namespace zarrcoro::detail

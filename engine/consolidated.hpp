@@ -10,6 +10,7 @@
 //   members under it).
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <optional>
@@ -68,26 +69,19 @@ awaitable<std::optional<NodeDocs>> load_node_docs(Store& store, std::string path
 using DocsOrError = std::pair<std::optional<NodeDocs>, std::exception_ptr>;
 awaitable<std::vector<DocsOrError>> load_nodes_docs(std::shared_ptr<Store> store, std::vector<std::string> paths);
 
-// What consolidate() replaces: the document holding the copy (v3: the
-// group's zarr.json, which must be a v3 group; v2: `.zmetadata`, maybe
-// absent) and its generation, read before the listing it is built from.
-struct ConsolidationBase {
-  std::string key;
-  Generation generation;
-  nlohmann::json doc;  // v3: the group document
-};
-awaitable<ConsolidationBase> consolidation_base(Store& store, std::string path, int zarr_format);
+// The key of the document that holds the consolidated metadata of the
+// group at `path` in `zarr_format`: v3 the group's zarr.json, v2 `.zmetadata`.
+std::string consolidated_key(const std::string& path, int zarr_format);
 
-// Writes the consolidated metadata of the group at `path` in its own format
-// (`zarr_format`), holding the nodes at `members` (paths relative to it, as
-// a listing found them after `base` was read; ones gone since are left
-// out), with a write conditional on base's generation. Returns false when
-// another writer replaced the document since (nothing written). Raises
-// InvalidMetadata naming a document that cannot be read, InvalidArgument
-// naming the document to write when attributes hold NaN or Infinity
-// (strict JSON cannot hold them), StoreError.
-awaitable<bool> consolidate(std::shared_ptr<Store> store, std::string path, int zarr_format,
-                            std::vector<std::string> members, ConsolidationBase base);
+// That document, `current` as stored (v3: the group's document, which must
+// be a v3 group; v2: maybe absent), rewritten to hold the nodes at `members`
+// (paths relative to the group, as a listing found them after `current` was
+// read; ones gone since are left out). Raises NotFound or InvalidMetadata
+// naming a document that is absent or cannot be read, InvalidArgument
+// naming the document when attributes hold NaN or Infinity (strict JSON
+// cannot hold them), StoreError.
+awaitable<Bytes> consolidated_document(std::shared_ptr<Store> store, std::string path, int zarr_format,
+                                       std::vector<std::string> members, std::optional<Bytes> current);
 
 // Before a node at `path` is written: the keys of the consolidated copies
 // held by its ancestor groups (one read per ancestor and format). Raises
@@ -105,19 +99,18 @@ awaitable<std::vector<std::string>> check_consolidated(Store& store, std::string
 // between the copy's group and the node that the copy lacks are added; a
 // v3 node below an implicit group is left out (readers nest each entry
 // under its parent's). Each copy is replaced with a write conditional on
-// the generation read, retried with a jittered backoff up to 32 times.
+// the generation read, retried while other writers replace it for up to
+// `timeout` (conditional_update).
 // Raises the error that stopped it, naming the copy's key and
 // saying that the node was written but the copy was not.
-awaitable<void> update_consolidated(Store& store, std::string path, bool drop_below, std::vector<std::string> copies);
-// A pause before the next conditional rewrite of a contended document:
-// jittered, doubling from 1 ms up to 100 ms.
-awaitable<void> rewrite_backoff(int attempt);
+awaitable<void> update_consolidated(Store& store, std::string path, bool drop_below, std::vector<std::string> copies,
+                                    std::chrono::milliseconds timeout);
 
 // A v2 group's own `.zmetadata` at `path`, when there is one: its `.zattrs`
 // entry replaced by the group's attributes as they are when the copy is
 // read (dropped when there are none), with a write conditional on the
-// generation read (retried as above).
-awaitable<void> update_own_v2_copy(Store& store, std::string path);
+// generation read (retried as above, up to `timeout`).
+awaitable<void> update_own_v2_copy(Store& store, std::string path, std::chrono::milliseconds timeout);
 
 // A metadata document with non-finite fill values as the strings "NaN",
 // "Infinity", "-Infinity" (Zarr v2 and v3 spec; case B02).

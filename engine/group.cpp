@@ -15,6 +15,7 @@
 #include <zarrcoro/runtime.hpp>
 
 #include "engine/blocking.hpp"
+#include "engine/conditional_update.hpp"
 #include "engine/consolidated.hpp"
 #include "engine/node.hpp"
 
@@ -41,6 +42,18 @@ nlohmann::json parse_group(const nlohmann::json& j, const std::string& key) {
   const auto attrs = j.value("attributes", nlohmann::json::object());
   if (!attrs.is_object()) throw InvalidMetadata(key, "attributes", "expected an object");
   return attrs;
+}
+
+// The v3 group document `current` with only its attributes replaced (its
+// consolidated metadata stays).
+awaitable<detail::Update> with_group_attributes(std::string key, nlohmann::json attributes,
+                                                std::optional<Bytes> current) {
+  if (!current) throw NotFound(key, "", "no group metadata at '" + key + "'");
+  nlohmann::json stored = detail::parse_doc(*current, key);
+  if (!stored.is_object() || stored.value("node_type", nlohmann::json()) != "group")
+    throw InvalidMetadata(key, "node_type", "expected a Zarr v3 group document");
+  stored["attributes"] = std::move(attributes);
+  co_return detail::Update::store(detail::json_bytes(stored));
 }
 
 // Depth first, siblings by name: '/' sorts before every other byte, so
@@ -225,7 +238,8 @@ awaitable<Group> Group::create(Runtime& rt, std::shared_ptr<Store> store, std::s
   co_await detail::create_parents(*store, path, zarr_format);
   if (zarr_format == 2) co_await detail::store_zattrs(*store, path, attributes);
   co_await store->set(key, std::move(bytes));
-  co_await detail::update_consolidated(*store, path, mode == CreateMode::overwrite, std::move(copies));
+  co_await detail::update_consolidated(*store, path, mode == CreateMode::overwrite, std::move(copies),
+                                       rt.options().write_conflict_timeout);
   co_return Group(rt, std::move(store), std::move(path), std::move(attributes), zarr_format, nullptr,
                   Consolidated::use_if_present);
 }
@@ -324,60 +338,49 @@ awaitable<Group> Group::set_group_attributes(Runtime& rt, std::shared_ptr<Store>
   const std::string key = detail::node_prefix(path) + (zarr_format == 2 ? ".zgroup" : "zarr.json");
   detail::check_attributes(attributes, key);
   auto copies = co_await detail::check_consolidated(*store, path);
-  nlohmann::json doc = {{"zarr_format", 2}};
   if (zarr_format == 2) {
     const bool there = co_await store->exists(key);
     if (!there) throw NotFound(key, "", "no group metadata at '" + key + "'");
     co_await detail::store_zattrs(*store, path, attributes);
-    co_await detail::update_own_v2_copy(*store, path);
+    co_await detail::update_own_v2_copy(*store, path, rt.options().write_conflict_timeout);
   } else {
-    // The document as stored with only its attributes replaced (its
-    // consolidated metadata stays), written if it is still the one read.
-    constexpr int kAttempts = 8;
-    for (int attempt = 0;; ++attempt) {
-      ReadOptions whole;  // (named: g++ 12 and braced temporaries beside a co_await)
-      ReadResult r = co_await store->read(key, std::move(whole));
-      if (!r.value) throw NotFound(key, "", "no group metadata at '" + key + "'");
-      nlohmann::json stored = detail::parse_doc(*r.value, key);
-      if (!stored.is_object() || stored.value("node_type", nlohmann::json()) != "group")
-        throw InvalidMetadata(key, "node_type", "expected a Zarr v3 group document");
-      stored["attributes"] = attributes;
-      Bytes bytes = detail::json_bytes(stored);
-      WriteOptions wo;
-      wo.if_equal = r.generation;
-      const auto written = co_await store->write(key, std::optional<Bytes>(std::move(bytes)), std::move(wo));
-      if (written) break;
-      if (attempt + 1 == kAttempts)
-        throw StoreError(key, "", "another writer kept replacing it (" + std::to_string(kAttempts) + " attempts)");
-      co_await detail::rewrite_backoff(attempt);
-    }
-    doc = {{"zarr_format", 3}, {"node_type", "group"}, {"attributes", attributes}};
+    detail::Modify replace = [key, attributes](std::optional<Bytes> current) {
+      return with_group_attributes(key, attributes, std::move(current));
+    };
+    co_await detail::conditional_update(*store, key, std::move(replace), rt.options().write_conflict_timeout);
   }
-  co_await detail::update_consolidated(*store, path, false, std::move(copies));
+  co_await detail::update_consolidated(*store, path, false, std::move(copies), rt.options().write_conflict_timeout);
   co_return co_await open(rt, std::move(store), std::move(path), mode);
 }
 
 
-awaitable<Group> Group::consolidate_group(Runtime& rt, std::shared_ptr<Store> store, std::string path, int zarr_format) {
-  constexpr int kAttempts = 8;  // listings made anew while other writers replace the document
-  for (int attempt = 0; attempt < kAttempts; ++attempt) {
-    auto base = co_await detail::consolidation_base(*store, path, zarr_format);
-    const auto found = co_await list_members(store, path, zarr_format, true, nullptr);
-    // Implicit groups have no document to hold. v3 readers nest each entry
-    // under its parent's, so a v3 copy leaves out what lies below one.
-    std::vector<std::string> members, implicit;
-    for (const auto& m : found) {
-      const bool under_implicit = std::any_of(implicit.begin(), implicit.end(),
-                                              [&](const std::string& g) { return m.name.starts_with(g + "/"); });
-      if (m.implicit) implicit.push_back(m.name);
-      else if (zarr_format == 2 || !under_implicit) members.push_back(m.name);
-    }
-    const bool written = co_await detail::consolidate(store, path, zarr_format, std::move(members), std::move(base));
-    if (written) co_return co_await open(rt, std::move(store), std::move(path), Consolidated::require);
+namespace {
+// The group's consolidated document `current` rebuilt from a listing made
+// after it was read.
+awaitable<detail::Update> consolidation(std::shared_ptr<Store> store, std::string path, int zarr_format,
+                                        std::optional<Bytes> current) {
+  const auto found = co_await list_members(store, path, zarr_format, true, nullptr);
+  // Implicit groups have no document to hold. v3 readers nest each entry
+  // under its parent's, so a v3 copy leaves out what lies below one.
+  std::vector<std::string> members, implicit;
+  for (const auto& m : found) {
+    const bool under_implicit = std::any_of(implicit.begin(), implicit.end(),
+                                            [&](const std::string& g) { return m.name.starts_with(g + "/"); });
+    if (m.implicit) implicit.push_back(m.name);
+    else if (zarr_format == 2 || !under_implicit) members.push_back(m.name);
   }
-  throw StoreError(detail::node_prefix(path) + (zarr_format == 2 ? ".zmetadata" : "zarr.json"), "",
-                   "another writer kept replacing it while its consolidated metadata was built (" +
-                       std::to_string(kAttempts) + " attempts)");
+  co_return detail::Update::store(
+      co_await detail::consolidated_document(store, path, zarr_format, std::move(members), std::move(current)));
+}
+}  // namespace
+
+awaitable<Group> Group::consolidate_group(Runtime& rt, std::shared_ptr<Store> store, std::string path, int zarr_format) {
+  const std::string key = detail::consolidated_key(path, zarr_format);
+  detail::Modify rebuild = [store, path, zarr_format](std::optional<Bytes> current) {
+    return consolidation(store, path, zarr_format, std::move(current));
+  };
+  co_await detail::conditional_update(*store, key, std::move(rebuild), rt.options().write_conflict_timeout);
+  co_return co_await open(rt, std::move(store), std::move(path), Consolidated::require);
 }
 
 Array Group::open_array_blocking(std::string name) const { return detail::wait(runtime(), open_array(std::move(name))); }

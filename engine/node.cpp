@@ -158,7 +158,7 @@ awaitable<ArrayMetadata> load_array_metadata(Store& store, std::string path) {
 }
 
 awaitable<void> store_array_metadata(Store& store, std::string path, ArrayMetadata metadata, bool replaced,
-                                     std::vector<std::string> copies) {
+                                     std::vector<std::string> copies, std::chrono::milliseconds timeout) {
   if (metadata.zarr_format == 2) {
     const std::string key = array_metadata_key(path, 2);
     Bytes zarray = v2_json_bytes(metadata.to_v2_json(key));
@@ -172,7 +172,7 @@ awaitable<void> store_array_metadata(Store& store, std::string path, ArrayMetada
   } else {
     co_await store.set(array_metadata_key(path, 3), json_bytes(metadata.to_json()));
   }
-  co_await update_consolidated(store, path, replaced, std::move(copies));
+  co_await update_consolidated(store, path, replaced, std::move(copies), timeout);
 }
 
 nlohmann::json pipeline_codecs(const ArrayMetadata& metadata) {

@@ -2,6 +2,7 @@
 // and in which format (v3 `zarr.json`; v2 `.zarray`/`.zgroup`/`.zattrs`).
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <string_view>
 
@@ -41,7 +42,7 @@ awaitable<ArrayMetadata> load_array_metadata(Store& store, std::string path);
 // under its path), which callers find with check_consolidated before they
 // change anything.
 awaitable<void> store_array_metadata(Store& store, std::string path, ArrayMetadata metadata, bool replaced,
-                                     std::vector<std::string> copies);
+                                     std::vector<std::string> copies, std::chrono::milliseconds timeout);
 
 // The metadata document names that make a node, in the order they are
 // looked for: v3 `zarr.json`, v2 `.zarray`, v2 `.zgroup`.
