@@ -6,6 +6,8 @@
 //   region.cpp      Region parsing
 //   chunk_op.*      the many-chunk operation (fetch, batches, completion)
 //   read_op.*       the read, with its partial shard reads
+//   shard_plan.*    which byte ranges of a shard a read fetches (no I/O)
+//   placement.*     decoded chunks into the output
 //   write_op.*      the write, with its conflict retries
 #include <zarrcoro/array.hpp>
 

@@ -11,6 +11,8 @@
 
 #include "codecs/vlen.hpp"
 #include "engine/checked.hpp"
+#include "engine/placement.hpp"
+#include "engine/shard_plan.hpp"
 
 namespace zarrcoro::detail {
 
@@ -25,21 +27,14 @@ class ReadOp final : public ChunkOp {
   // views in `out` once every chunk is in.
   ReadOp(std::shared_ptr<const Array::State> st, ChunkParts parts, Region region,
          MutableByteSpan out, std::vector<std::string>* strings = nullptr)
-      : ChunkOp(std::move(st), std::move(parts)), region_shape_(region.shape()), out_(out), strings_(strings) {
+      : ChunkOp(std::move(st), std::move(parts)), out_(region.shape(), out), strings_(strings) {
     if (st_->meta.data_type.is_variable_length()) heap_ = std::make_unique<codecs::VlenHeap>();
     tasks_.reserve(parts_.size());
     for (std::size_t i = 0; i < parts_.size(); ++i) tasks_.emplace_back(this, i).cancelled = &cancel_flag_;
   }
 
  private:
-  // The inner chunks of one shard that a partial read needs.
-  struct InnerPiece {
-    ChunkPart part;         // within the shard; out_start relative to the shard part
-    std::size_t buffer;     // index into `buffers`; npos when the inner chunk is absent; kInPlace
-    std::uint64_t offset, size;
-  };
-  // InnerPiece::buffer of an inner chunk the store read straight into out_.
-  static constexpr std::size_t kInPlace = std::string::npos - 1;
+  static constexpr std::size_t kInPlace = InnerPiece::kInPlace;
   // A shard's task may run in parts (max_parts: its inner chunks), which the
   // pool's threads share: part k of n decodes the k-th n-th of `pieces`.
   struct Task final : ChunkTask {
@@ -92,7 +87,8 @@ class ReadOp final : public ChunkOp {
   // plain-copy inner pipeline, each inner chunk one contiguous run there.
   bool inner_chunks_land_in_place() const {
     const auto& inner = st_->shard->inner();
-    return inner.is_trivial() && !heap_ && st_->store->reads_into() && lands_contiguously(inner.chunk_spec().shape);
+    return inner.is_trivial() && !heap_ && st_->store->reads_into() &&
+           out_.lands_contiguously(inner.chunk_spec().shape);
   }
   static constexpr std::uint64_t kInPlaceShardBytes = std::uint64_t{256} << 10;
 
@@ -220,7 +216,8 @@ class ReadOp final : public ChunkOp {
       check_range(key, got, begin + at, begin + at + len);
       if (got.in_place) continue;
       if (t.pieces.empty()) {  // then place what came as values of their own on the pool
-        plan_pieces(i, *shard.index);
+        plan_pieces(i);
+        locate_pieces(*shard.index, t.pieces);
         for (auto& piece : t.pieces) piece.buffer = kInPlace;
       }
       for (std::uint64_t k = at / n; k < (at + len) / n; ++k) {
@@ -234,46 +231,33 @@ class ReadOp final : public ChunkOp {
 
   // This one otherwise: the inner chunks part i touches, planned one by
   // one, read by their byte ranges sorted by offset and coalesced across
-  // small gaps, in place where a run lands so in out_ (in_place_run).
+  // small gaps (plan_shard_reads), in place where a run lands so in out_
+  // (in_place_run).
   asio::awaitable<bool> read_planned(std::size_t i, std::string key, ShardIndexCache::Entry shard,
                                      bool cached) {
     auto& t = tasks_[i];
-    plan_pieces(i, *shard.index);
-    std::vector<std::size_t> order;
-    for (std::size_t k = 0; k < t.pieces.size(); ++k)
-      if (t.pieces[k].buffer != std::string::npos) order.push_back(k);
-    std::sort(order.begin(), order.end(),
-              [&](auto a, auto b) { return t.pieces[a].offset < t.pieces[b].offset; });
+    plan_pieces(i);
+    const auto& opt = st_->rt->options();
+    const ShardReadPlan plan = plan_shard_reads(*shard.index, t.pieces, {opt.coalesce_gap, opt.coalesce_max});
     // Only the range reads below check a cached index against the shard:
     // without one (every inner chunk needed is absent from the index), a
     // read of one byte must, or inner chunks written since (by another
     // process, or by a write whose index a slower reader's replaced in the
     // cache) would read as fill_value.
-    if (order.empty() && cached) {
+    if (plan.order.empty() && cached) {
       const auto got = co_await read(key, ByteRange::from(0, 1), shard.generation);
       if (got.changed || !got.value) co_return false;
     }
-    const auto& opt = st_->rt->options();
-    for (std::size_t k = 0; k < order.size();) {
-      const std::uint64_t begin = t.pieces[order[k]].offset;
-      std::uint64_t end = begin + t.pieces[order[k]].size;
-      std::size_t last = k + 1;
-      for (; last < order.size(); ++last) {
-        const auto& next = t.pieces[order[last]];
-        const std::uint64_t new_end = std::max(end, next.offset + next.size);
-        if (next.offset > saturating_add(end, opt.coalesce_gap) || new_end - begin > opt.coalesce_max) break;
-        end = new_end;
-      }
-      const MutableByteSpan into = in_place_run(i, order, k, last);
-      auto got = co_await read(key, ByteRange::from(begin, end - begin), shard.generation, into);
+    for (const ShardRange& r : plan.ranges) {
+      const MutableByteSpan into = in_place_run(i, plan.order, r.first, r.last);
+      auto got = co_await read(key, ByteRange::from(r.begin, r.end - r.begin), shard.generation, into);
       if (got.changed || !got.value) co_return false;  // replaced or erased since the index
-      check_range(key, got, begin, end);
-      for (std::size_t j = k; j < last; ++j) {
-        t.pieces[order[j]].buffer = got.in_place ? kInPlace : t.buffers.size();
-        t.pieces[order[j]].offset -= begin;
+      check_range(key, got, r.begin, r.end);
+      for (std::size_t j = r.first; j < r.last; ++j) {
+        t.pieces[plan.order[j]].buffer = got.in_place ? kInPlace : t.buffers.size();
+        t.pieces[plan.order[j]].offset -= r.begin;
       }
       if (!got.in_place) t.buffers.push_back(std::move(*got.value));
-      k = last;
     }
     co_return true;
   }
@@ -296,7 +280,7 @@ class ReadOp final : public ChunkOp {
   MutableByteSpan whole_shard_target(std::size_t i, const codecs::ShardingCodec::Index& index) const {
     if (!inner_chunks_land_in_place()) return {};
     const ChunkPart& p = parts_[i];
-    const MutableByteSpan target = contiguous_target(st_->pipeline->chunk_spec(), p, p.out_start);
+    const MutableByteSpan target = out_.contiguous_target(st_->pipeline->chunk_spec(), p, p.out_start);
     const std::uint64_t n = st_->shard->inner().chunk_spec().num_bytes();
     if (target.empty() || n == 0 || index.entries.size() != 2 * (target.size() / n)) return {};
     const std::uint64_t begin = index.offset(0);
@@ -329,9 +313,9 @@ class ReadOp final : public ChunkOp {
     return {start, size};
   }
 
-  // The inner chunks part i needs, located by `index` (buffer 0 at the
-  // index's offsets; npos for absent inner chunks).
-  void plan_pieces(std::size_t i, const codecs::ShardingCodec::Index& index) {
+  // The inner chunks part i needs (their parts and numbers; located by the
+  // callers, locate_pieces).
+  void plan_pieces(std::size_t i) {
     const auto& sc = *st_->shard;
     const ChunkPart& p = parts_[i];
     Region sub{{p.chunk_start.begin(), p.chunk_start.end()}, {}};
@@ -340,13 +324,9 @@ class ReadOp final : public ChunkOp {
     auto& pieces = tasks_[i].pieces;
     pieces.reserve(inner.size());
     for (auto& ip : inner) {
-      const std::size_t n = sc.inner_number(ip.coords);
-      const bool missing = index.missing(n);
       InnerPiece& piece = pieces.emplace_back();
+      piece.number = sc.inner_number(ip.coords);
       piece.part = std::move(ip);
-      piece.buffer = missing ? std::string::npos : 0;
-      piece.offset = missing ? 0 : index.offset(n);
-      piece.size = missing ? 0 : index.nbytes(n);
     }
   }
 
@@ -359,8 +339,10 @@ class ReadOp final : public ChunkOp {
     try {
       if (in.size() < sc.index_bytes())
         throw CorruptChunk("", "sharding_indexed", "the shard is shorter than its index");
-      plan_pieces(i, sc.decode_index(sc.index_at_start() ? in.first(sc.index_bytes()) : in.last(sc.index_bytes()),
-                                     in.size()));
+      const auto index =
+          sc.decode_index(sc.index_at_start() ? in.first(sc.index_bytes()) : in.last(sc.index_bytes()), in.size());
+      plan_pieces(i);
+      locate_pieces(index, t.pieces);
     } catch (...) {
       rethrow_with_key(std::current_exception(), st_->chunk_key(parts_[i].coords));
     }
@@ -409,11 +391,11 @@ class ReadOp final : public ChunkOp {
     const codecs::VlenHeapScope heap_scope(heap_.get());
     const ChunkPart& p = parts_[i];
     if (!encoded) {
-      fill_box(out_.data(), region_shape_, p.out_start, p.shape, st_->fill.data(), st_->meta.data_type.size());
+      out_.fill(p.out_start, p.shape, st_->fill.data(), st_->meta.data_type.size());
       return;
     }
     try {
-      decode_to_out(*st_->pipeline, *encoded, p, p.out_start);
+      out_.decode_to_out(*st_->pipeline, *encoded, p, p.out_start);
     } catch (...) {
       rethrow_with_key(std::current_exception(), st_->chunk_key(p.coords));
     }
@@ -432,58 +414,17 @@ class ReadOp final : public ChunkOp {
       const auto& piece = t.pieces[j];
       for (std::size_t d = 0; d < out_start.size(); ++d) out_start[d] = p.out_start[d] + piece.part.out_start[d];
       if (piece.buffer == kInPlace) continue;
-      if (piece.buffer == std::string::npos) {
-        fill_box(out_.data(), region_shape_, out_start, piece.part.shape, st_->fill.data(), es);
+      if (piece.buffer == InnerPiece::kAbsent) {
+        out_.fill(out_start, piece.part.shape, st_->fill.data(), es);
         continue;
       }
       try {
-        decode_to_out(inner, ByteSpan(t.buffers[piece.buffer]).subspan(piece.offset, piece.size), piece.part,
-                      out_start);
+        out_.decode_to_out(inner, ByteSpan(t.buffers[piece.buffer]).subspan(piece.offset, piece.size),
+                           piece.part, out_start);
       } catch (...) {
         rethrow_with_key(std::current_exception(), st_->chunk_key(p.coords));
       }
     }
-  }
-
-  // Decodes one chunk of `pipeline` into `part` of out_, placed at
-  // `out_start`: straight into out_ when the part is the whole chunk and
-  // lands contiguously there; a trivial pipeline's bytes (a plain copy) are
-  // copied from `encoded` directly; otherwise through a per-thread scratch
-  // chunk. Raises what the pipeline raises.
-  void decode_to_out(const codecs::CodecPipeline& pipeline, ByteSpan encoded, const ChunkPart& part,
-                     const Dims& out_start) {
-    const auto& spec = pipeline.chunk_spec();
-    const std::size_t es = spec.dtype.size();
-    const std::uint64_t n = spec.num_bytes();
-    if (const MutableByteSpan target = contiguous_target(spec, part, out_start); !target.empty()) {
-      pipeline.decode(encoded, target);
-      return;
-    }
-    ByteSpan decoded = encoded;
-    if (!pipeline.is_trivial() || encoded.size() != n) {
-      thread_local Bytes scratch;
-      scratch.resize(n);
-      pipeline.decode(encoded, scratch);
-      decoded = scratch;
-    }
-    copy_box(decoded.data(), spec.shape, part.chunk_start, out_.data(), region_shape_, out_start, part.shape,
-                     es);
-  }
-
-  // A chunk's place in out_ (`part` of a chunk of `spec`, at `out_start`),
-  // when the part is the whole chunk and lands contiguously there; empty
-  // otherwise.
-  MutableByteSpan contiguous_target(const codecs::ArraySpec& spec, const ChunkPart& part,
-                                    const Dims& out_start) const {
-    if (!std::equal(spec.shape.begin(), spec.shape.end(), part.shape.begin(), part.shape.end()) ||
-        !lands_contiguously(spec.shape))
-      return {};
-    std::uint64_t off = 0, stride = spec.dtype.size();
-    for (std::size_t d = region_shape_.size(); d-- > 0;) {
-      off += out_start[d] * stride;
-      stride *= region_shape_[d];
-    }
-    return out_.subspan(off, spec.num_bytes());
   }
 
   // ReadOptions::size_hint for a whole chunk (or shard) as stored: its
@@ -502,17 +443,7 @@ class ReadOp final : public ChunkOp {
   MutableByteSpan read_target(const codecs::CodecPipeline& pipeline, const ChunkPart& part,
                               const Dims& out_start) const {
     if (heap_ || !pipeline.is_trivial() || !st_->store->reads_into()) return {};
-    return contiguous_target(pipeline.chunk_spec(), part, out_start);
-  }
-
-  // True if a whole chunk of shape `chunk` is one contiguous run of out_:
-  // every dimension after its first non-singleton one spans the region.
-  bool lands_contiguously(const std::vector<std::uint64_t>& chunk) const {
-    std::size_t d = 0;
-    while (d < chunk.size() && chunk[d] == 1) ++d;
-    for (++d; d < chunk.size(); ++d)
-      if (chunk[d] != region_shape_[d]) return false;
-    return true;
+    return out_.contiguous_target(pipeline.chunk_spec(), part, out_start);
   }
 
   bool has_after_all() const override { return strings_ != nullptr; }
@@ -538,9 +469,9 @@ class ReadOp final : public ChunkOp {
       ByteSpan views;
       std::vector<std::string>* out;
     } convert;
-    convert.views = out_;
+    convert.views = out_.bytes();
     convert.out = strings_;
-    convert.bytes = out_.size();
+    convert.bytes = out_.bytes().size();
     convert.computes = strings_->size() > 4096;  // small ones run inline
     convert.max_parts = std::max<std::size_t>(1, std::min<std::size_t>(64, strings_->size() / 4096));
     convert.cancelled = &cancel_flag_;
@@ -548,8 +479,7 @@ class ReadOp final : public ChunkOp {
     if (convert.error) std::rethrow_exception(convert.error);
   }
 
-  std::vector<std::uint64_t> region_shape_;
-  MutableByteSpan out_;
+  Placement out_;
   std::vector<std::string>* strings_ = nullptr;
   std::unique_ptr<codecs::VlenHeap> heap_;  // variable-length types: owns the decoded bytes out_'s views point into
   std::vector<Task, CachedAllocator<Task>> tasks_;
