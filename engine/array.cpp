@@ -31,6 +31,7 @@
 #include "engine/blocking.hpp"
 #include "core/checked.hpp"
 #include "engine/chunk_op.hpp"
+#include "engine/conditional_update.hpp"
 #include "engine/consolidated.hpp"
 #include "engine/indexing.hpp"
 #include "engine/node.hpp"
@@ -377,6 +378,8 @@ asio::any_io_executor Array::get_executor() const { return state()->rt->io_execu
 asio::any_io_executor Array::executor_of(Runtime& rt) { return rt.io_executor(); }
 
 namespace {
+const char* const kStale = "the array's stored metadata changed since this handle was opened; open it again";
+
 // A metadata document to compare: the v3 document, or v2 `.zarray` and `.zattrs`.
 nlohmann::json metadata_json(const ArrayMetadata& m, const std::string& key) {
   if (m.zarr_format == 2) return nlohmann::json::array({m.to_v2_json(key), m.attributes});
@@ -398,7 +401,51 @@ asio::awaitable<void> require_current(std::shared_ptr<const Array::State> st) {
   ArrayMetadata stored_meta = co_await detail::load_array_metadata(*st->store, st->path);
   auto stored = make_state(*st->rt, st->store, st->path, std::move(stored_meta));
   if (stored->meta.zarr_format != m.zarr_format || metadata_json(stored->meta, key) != metadata_json(m, key))
-    throw InvalidArgument(key, "", "the array's stored metadata changed since this handle was opened; open it again");
+    throw InvalidArgument(key, "", kStale);
+}
+
+// One attempt of replace_metadata: `current` is the document under `key`
+// (v3 zarr.json, v2 .zarray or .zattrs); it must still be what `st` has.
+asio::awaitable<detail::Update> replaced_document(std::shared_ptr<const Array::State> st,
+                                                 std::shared_ptr<const Array::State> next, std::string key,
+                                                 std::optional<Bytes> current) {
+  const ArrayMetadata& m = st->meta;
+  if (!current) throw NotFound(key, "", "the array is gone (no '" + key + "')");
+  const nlohmann::json doc = detail::parse_doc(*current, key);
+  if (key.ends_with(".zattrs")) {  // v2 attributes
+    if (doc != m.attributes) throw InvalidArgument(key, "", kStale);
+    if (next->meta.attributes.empty()) co_return detail::Update::erase();
+    co_return detail::Update::store(detail::v2_json_bytes(next->meta.attributes));
+  }
+  // Compared as this handle's were made: normalized by a prepared state.
+  ArrayMetadata stored_meta = m.zarr_format == 2 ? ArrayMetadata::from_v2_json(doc, m.attributes, key)
+                                                 : ArrayMetadata::from_json(doc, key);
+  const auto stored = make_state(*st->rt, st->store, st->path, std::move(stored_meta));
+  if (metadata_json(stored->meta, key) != metadata_json(m, key)) throw InvalidArgument(key, "", kStale);
+  co_return detail::Update::store(m.zarr_format == 2 ? detail::v2_json_bytes(next->meta.to_v2_json(key))
+                                                     : detail::json_bytes(next->meta.to_json()));
+}
+
+// Replaces the array's stored metadata by `next`'s (which changes its
+// attributes or its shape) with one conditional update of the document
+// that holds the change, made only while that document is still what `st`
+// was opened with: a change from a stale handle (an old consolidated copy,
+// another process's resize since) raises InvalidArgument and writes
+// nothing, in this process or any other. Then the consolidated copies
+// follow.
+asio::awaitable<void> replace_metadata(std::shared_ptr<const Array::State> st, std::shared_ptr<const Array::State> next,
+                                       std::vector<std::string> copies) {
+  const auto& m = st->meta;
+  const bool attributes_only = m.zarr_format == 2 && next->meta.shape == m.shape;
+  const std::string key =
+      attributes_only ? detail::node_prefix(st->path) + ".zattrs" : detail::array_metadata_key(st->path, m.zarr_format);
+  detail::Modify replace = [st, next, key](std::optional<Bytes> current) {
+    if (!current && key.ends_with(".zattrs")) current = Bytes{std::byte{'{'}, std::byte{'}'}};  // absent: no attributes
+    return replaced_document(st, next, key, std::move(current));
+  };
+  const auto timeout = st->rt->options().write_conflict_timeout;
+  co_await detail::conditional_update(*st->store, key, std::move(replace), timeout);
+  co_await detail::update_consolidated(*st->store, st->path, false, std::move(copies), timeout);
 }
 
 asio::awaitable<std::shared_ptr<const Array::State>> set_array_attributes(std::shared_ptr<const Array::State> st,
@@ -410,8 +457,7 @@ asio::awaitable<std::shared_ptr<const Array::State>> set_array_attributes(std::s
   auto next = make_state(*st->rt, st->store, st->path, std::move(meta));
   co_await require_current(st);
   auto copies = co_await detail::check_consolidated(*st->store, st->path);
-  co_await detail::store_array_metadata(*st->store, st->path, next->meta, false, std::move(copies),
-                                        st->rt->options().write_conflict_timeout);
+  co_await replace_metadata(st, next, std::move(copies));
   co_return next;
 }
 
@@ -449,8 +495,7 @@ asio::awaitable<std::shared_ptr<const Array::State>> resize_array(std::shared_pt
     co_await run_op<Write>(st, std::move(cut), ByteSpan(fill));
   }
   co_await erase_chunks_outside(st, std::move(shape));
-  co_await detail::store_array_metadata(*st->store, st->path, next->meta, false, std::move(copies),
-                                        st->rt->options().write_conflict_timeout);
+  co_await replace_metadata(st, next, std::move(copies));
   co_return next;
 }
 

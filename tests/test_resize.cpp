@@ -153,3 +153,63 @@ TEST_CASE("resize: thousands of chunks outside are erased in batches") {
   CHECK(a.resize_blocking({0}).shape() == std::vector<std::uint64_t>{0});
   CHECK(counting->counts().erases == 5000);  // 4096 + 904, every chunk once
 }
+
+namespace {
+// A memory store where another writer replaces `key` with `replacement`
+// right after the next full read of it: between a read-modify-write's read
+// and its write, as another process can.
+struct RacingStore : MemoryStore {
+  std::string key;
+  std::optional<Bytes> replacement;
+  awaitable<ReadResult> read(std::string k, ReadOptions options) override {
+    auto r = co_await MemoryStore::read(k, options);
+    if (replacement && k == key && options.range.kind == ByteRange::Kind::full) {
+      Bytes next = std::move(*replacement);
+      replacement.reset();
+      co_await MemoryStore::set(std::move(k), std::move(next));
+    }
+    co_return r;
+  }
+};
+
+Bytes text_bytes(const std::string& s) {
+  return Bytes(reinterpret_cast<const std::byte*>(s.data()), reinterpret_cast<const std::byte*>(s.data()) + s.size());
+}
+}  // namespace
+
+TEST_CASE("set_attributes and resize from a handle whose array another writer changed between their read and their "
+          "write raise InvalidArgument and write nothing (was: the stale metadata written back over it)",
+          "[regression]") {
+  const int format = GENERATE(2, 3);
+  CAPTURE(format);
+  Runtime rt;
+  auto store = std::make_shared<RacingStore>();
+  const Array a = Array::create_blocking(rt, store, "a", meta({8}, {4}, format));
+  const std::string key = format == 2 ? "a/.zarray" : "a/zarr.json";
+  // Another writer grows the array to 16 (its document, as it would store it).
+  ArrayMetadata grown = a.metadata();
+  grown.shape = {16};
+  const std::string grown_doc = format == 2 ? grown.to_v2_json(key).dump() : grown.to_json().dump();
+  const auto stored_shape = [&] { return Array::open_blocking(rt, store, "a").shape(); };
+
+  store->key = key;
+  store->replacement = text_bytes(grown_doc);
+  CHECK_THROWS_AS(a.resize_blocking({4}), InvalidArgument);
+  CHECK(stored_shape() == std::vector<std::uint64_t>{16});
+  if (format == 3) {  // v2 attributes live in .zattrs, apart from the shape
+    store->replacement = text_bytes(grown_doc);
+    CHECK_THROWS_AS(a.set_attributes_blocking(json{{"k", 1}}), InvalidArgument);
+    CHECK(stored_shape() == std::vector<std::uint64_t>{16});
+    CHECK(Array::open_blocking(rt, store, "a").metadata().attributes.empty());
+  } else {  // another writer sets the attributes in between
+    const Array fresh = Array::open_blocking(rt, store, "a");
+    store->key = "a/.zattrs";
+    store->replacement = text_bytes(R"({"theirs": 2})");
+    CHECK_THROWS_AS(fresh.set_attributes_blocking(json{{"mine", 1}}), InvalidArgument);
+    CHECK(Array::open_blocking(rt, store, "a").metadata().attributes == json{{"theirs", 2}});
+  }
+  // Reopened, the handle is current and both succeed.
+  const Array b = Array::open_blocking(rt, store, "a").set_attributes_blocking(json{{"k", 2}}).resize_blocking({12});
+  CHECK(stored_shape() == std::vector<std::uint64_t>{12});
+  CHECK(Array::open_blocking(rt, store, "a").metadata().attributes == json{{"k", 2}});
+}

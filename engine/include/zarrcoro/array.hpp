@@ -281,7 +281,9 @@ class Array {
   // Consolidated copies are updated (see Group). Raises
   // InvalidArgument(field "shape") for another rank, InvalidArgument
   // (field "") when the stored metadata is no longer this handle's (open
-  // the array again), InvalidMetadata / UnsupportedError as create for a
+  // the array again; the metadata is written only if its document is still
+  // the one this handle has, checked by a conditional write, so also
+  // against other processes), InvalidMetadata / UnsupportedError as create for a
   // shape it refuses, StoreError.
   awaitable<Array> resize(std::vector<std::uint64_t> shape) const;
   // Grows dimension `axis` by data_shape[axis] and writes `data` (C order,
@@ -309,8 +311,8 @@ class Array {
   // updated (see Group). Raises InvalidArgument(field "attributes") for a
   // value that is not an object or not strict JSON (NaN), InvalidArgument
   // (field "") when the stored metadata is no longer this handle's (open
-  // the array again; the check and the write are not one atomic step),
-  // StoreError.
+  // the array again; as for resize, checked by the conditional write of the
+  // document: v3 zarr.json, v2 .zattrs), StoreError.
   awaitable<Array> set_attributes(nlohmann::json attributes) const;
   Array set_attributes_blocking(nlohmann::json attributes) const;
   template <class Token>
