@@ -562,7 +562,7 @@ TEST_CASE("malformed consolidated metadata raises InvalidMetadata naming the key
 
 namespace {
 const char* kPython = "/usr/bin/python3";
-const fs::path kScript = fs::path(__FILE__).parent_path() / "interop" / "zarr_python_consolidated.py";
+const fs::path kScript = fs::path(ZARRCORO_INTEROP_DIR) / "zarr_python_consolidated.py";
 
 bool have_zarr_python() {
   return std::system((std::string(kPython) + " -c 'import zarr' >/dev/null 2>&1").c_str()) == 0;

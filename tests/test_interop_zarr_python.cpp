@@ -37,7 +37,7 @@ namespace fs = std::filesystem;
 namespace {
 
 const char* kPython = "/usr/bin/python3";
-const fs::path kScript = fs::path(__FILE__).parent_path() / "interop" / "zarr_python_v2.py";
+const fs::path kScript = fs::path(ZARRCORO_INTEROP_DIR) / "zarr_python_v2.py";
 
 struct TempDir {
   fs::path path;

@@ -24,7 +24,7 @@ const std::string kEmptySha = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca
 
 std::optional<fs::path> suite_file() {
   if (const char* p = std::getenv("ZARRCORO_SIGV4_SUITE")) return fs::path(p);
-  const fs::path p = fs::path(__FILE__).parent_path() / "s3" / "node_modules" / "@saibotsivad" /
+  const fs::path p = fs::path(ZARRCORO_TESTS_DIR) / "s3" / "node_modules" / "@saibotsivad" /
                      "aws-sig-v4-test-suite" / "index.json";
   if (fs::exists(p)) return p;
   return std::nullopt;

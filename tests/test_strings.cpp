@@ -375,7 +375,7 @@ TEST_CASE("strings v2: zarr-python 2.13 and zarrcoro read each other's vlen-utf8
     WARN("SKIPPED: " << py << " has no zarr (Debian python3-zarr); set CI to make this a failure");
     return;
   }
-  const fs::path script = fs::path(__FILE__).parent_path() / "interop" / "zarr_python_strings.py";
+  const fs::path script = fs::path(ZARRCORO_INTEROP_DIR) / "zarr_python_strings.py";
   test::TempDir tmp("strings-interop");
   const fs::path from_py = tmp.path / "py", from_zc = tmp.path / "zc";
   fs::create_directories(from_py);
