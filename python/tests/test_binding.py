@@ -174,3 +174,13 @@ def test_cancelling_the_task_cancels_the_read_and_the_runtime_stays_usable(tmp_p
         return await a.read_async(np.s_[3])
 
     assert np.array_equal(asyncio.run(main()), np.ones(4096))
+
+
+def test_attributes_and_resize_return_the_node_as_it_is_then(tmp_path, runtime):
+    a = zarrcoro.create_array(tmp_path / "r", shape=(4,), chunks=(2,), dtype="int8", attributes={"a": 1},
+                              runtime=runtime)
+    b = a.update_attributes({"b": [1, 2]}).resize((6,))
+    assert a.attrs == {"a": 1} and a.shape == (4,)  # the old handle keeps what it had
+    assert b.attrs == {"b": [1, 2]} and b.shape == (6,)
+    g = zarrcoro.create_group(tmp_path / "g", runtime=runtime).update_attributes({"x": "y"})
+    assert zarrcoro.open_group(tmp_path / "g", runtime=runtime).attrs == {"x": "y"} == g.attrs

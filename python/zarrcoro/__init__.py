@@ -95,11 +95,9 @@ def _numpy_dtype(native):
     return np.dtype(ast.literal_eval(descr) if descr.startswith("[") else descr)
 
 
-class Array:
-    """A Zarr array. Index it as a NumPy array (basic indexing: integers,
-    slices with steps, Ellipsis) to read and write; ``read_async`` and
-    ``write_async`` await the same from asyncio. A cheap handle: methods may
-    be called from any thread at once. Pickles as what reopens it."""
+class _Node:
+    """What arrays and groups share: the native handle, the runtime, and what
+    reopens them (store URL, options, mode)."""
 
     def __init__(self, native, runtime, url, storage_options, mode):
         self._native = native
@@ -107,6 +105,35 @@ class Array:
         self._url = url
         self._storage_options = storage_options
         self._mode = mode
+
+    def _with(self, native):
+        return type(self)(native, self._runtime, self._url, self._storage_options, self._mode)
+
+    @property
+    def path(self):
+        return self._native.path
+
+    @property
+    def zarr_format(self):
+        return self._native.zarr_format
+
+    @property
+    def attrs(self):
+        return json.loads(self._native.attributes)
+
+    def update_attributes(self, attributes):
+        """Replaces the attributes; returns the node as it is then."""
+        return self._with(self._native.set_attributes(json.dumps(attributes)))
+
+
+class Array(_Node):
+    """A Zarr array. Index it as a NumPy array (basic indexing: integers,
+    slices with steps, Ellipsis) to read and write; ``read_async`` and
+    ``write_async`` await the same from asyncio. A cheap handle: methods may
+    be called from any thread at once. Pickles as what reopens it."""
+
+    def __init__(self, native, runtime, url, storage_options, mode):
+        super().__init__(native, runtime, url, storage_options, mode)
         self.dtype = _numpy_dtype(native)
 
     # -- description
@@ -125,18 +152,6 @@ class Array:
     @property
     def size(self):
         return math.prod(self.shape)
-
-    @property
-    def path(self):
-        return self._native.path
-
-    @property
-    def zarr_format(self):
-        return self._native.zarr_format
-
-    @property
-    def attrs(self):
-        return json.loads(self._native.attributes)
 
     @property
     def metadata(self):
@@ -250,38 +265,13 @@ class Array:
         if not buf.flags.c_contiguous or not buf.flags.writeable:
             raise InvalidArgument("%s must be C-contiguous and writeable" % what, field=what)
 
-    # -- metadata
-    def update_attributes(self, attributes):
-        """Replaces the attributes; returns the array as it is then."""
-        native = self._native.set_attributes(json.dumps(attributes))
-        return Array(native, self._runtime, self._url, self._storage_options, self._mode)
-
     def resize(self, shape):
-        native = self._native.resize(list(shape))
-        return Array(native, self._runtime, self._url, self._storage_options, self._mode)
+        """Changes the shape; returns the array as it is then."""
+        return self._with(self._native.resize(list(shape)))
 
 
-class Group:
+class Group(_Node):
     """A Zarr group: attributes, members, and the arrays and groups below it."""
-
-    def __init__(self, native, runtime, url, storage_options, mode):
-        self._native = native
-        self._runtime = runtime
-        self._url = url
-        self._storage_options = storage_options
-        self._mode = mode
-
-    @property
-    def path(self):
-        return self._native.path
-
-    @property
-    def zarr_format(self):
-        return self._native.zarr_format
-
-    @property
-    def attrs(self):
-        return json.loads(self._native.attributes)
 
     def members(self, recursive=False):
         """[(name, "array" | "group")], depth first by name."""
@@ -303,10 +293,6 @@ class Group:
 
     def __reduce__(self):
         return (open_group, (self._url, self.path, self._mode, self._storage_options))
-
-    def update_attributes(self, attributes):
-        native = self._native.set_attributes(json.dumps(attributes))
-        return Group(native, self._runtime, self._url, self._storage_options, self._mode)
 
 
 def _url(store):
