@@ -61,6 +61,8 @@
 
 namespace zarrcoro::server {
 
+struct ServerState;  // server_state.hpp
+
 // Whether the I/O loop's thread runs under SCHED_FIFO while the loop is light
 // (ServerOptions::loop_realtime, loop_priority.hpp).
 enum class LoopRealtime {
@@ -147,8 +149,7 @@ class Server {
   void shutdown(std::function<void()> done);
 
  private:
-  struct Impl;
-  std::shared_ptr<Impl> impl_;  // shared with the connection coroutines
+  std::shared_ptr<ServerState> impl_;  // shared with the connection coroutines
 };
 
 }  // namespace zarrcoro::server
