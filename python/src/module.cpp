@@ -191,9 +191,11 @@ PyOperation start_async(const std::shared_ptr<Engine>& engine, nb::object loop, 
     } catch (nb::python_error& e) {
       e.discard_as_unraisable("zarrcoro: completing an asyncio future");  // the loop is closed
     }
-    pending->keep = nb::none();
-    pending->future = nb::none();
-    pending->loop = nb::none();
+    // Let go of the Python objects here, under the GIL: the handler itself
+    // is destroyed later on this engine thread, without it.
+    pending->keep = nb::object();
+    pending->future = nb::object();
+    pending->loop = nb::object();
   };
   {
     nb::gil_scoped_release release;
