@@ -3,15 +3,18 @@
 //
 // Thread-safety: every function may be called from any Python thread. The
 // GIL is released for all engine work; completion callbacks of the async
-// calls run on an engine thread, take the GIL only to hand the result to
-// the event loop (loop.call_soon_threadsafe), and never run Python code of
-// their own otherwise.
+// calls run on an engine thread, take the GIL only to turn the result into
+// Python objects (None, or a list of str / bytes) and hand it to the event
+// loop (loop.call_soon_threadsafe), and never run Python code of their own
+// otherwise.
 //
 // Lifetime: a Runtime handle, and every Array and Group opened through it,
 // share one engine Runtime, destroyed when the last of them goes (an
 // Array's store must not outlive the io_context it was made on). close()
 // refuses new operations at once.
 #include <atomic>
+#include <functional>
+#include <future>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -22,6 +25,7 @@
 #include <vector>
 
 #include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/post.hpp>
 #include <nanobind/nanobind.h>
@@ -161,33 +165,38 @@ std::size_t region_bytes(const PyArray& a, const Region& r) {
   return static_cast<std::size_t>(r.num_elements()) * a.array.dtype().size();
 }
 
-// Starts `start(handler)` and completes `future` on `loop` once: with None,
-// or with the exception the operation raised. `keep` (the caller's buffer)
-// lives until then.
-template <class Start>
+// A Python exception object for the exception an operation raised.
+nb::object python_exception(std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const zarrcoro::Error& e) {
+    raise_python(e);
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return nb::steal(PyErr_GetRaisedException());
+}
+
+// Starts `start(handler)` and completes `future` on `loop` once: with the
+// Python object `convert(result...)` makes under the GIL (None without a
+// result), or with the exception the operation raised. `keep` (the caller's
+// buffer) lives until then.
+template <class Start, class Convert>
 PyOperation start_async(const std::shared_ptr<Engine>& engine, nb::object loop, nb::object future, nb::object keep,
-                        Start start) {
+                        Start start, Convert convert) {
   PyOperation op{engine};
   struct Pending {
     nb::object loop, future, keep;
   };
   auto pending = std::make_shared<Pending>(Pending{std::move(loop), std::move(future), std::move(keep)});
-  auto handler = [pending](std::exception_ptr error) {
+  auto handler = [pending, convert](std::exception_ptr error, auto&&... result) {
     nb::gil_scoped_acquire gil;
-    nb::object exc = nb::none();
-    if (error) {
-      try {
-        std::rethrow_exception(error);
-      } catch (const zarrcoro::Error& e) {
-        raise_python(e);
-      } catch (const std::exception& e) {
-        PyErr_SetString(PyExc_RuntimeError, e.what());
-      }
-      exc = nb::steal(PyErr_GetRaisedException());
-    }
+    nb::object exc = nb::none(), value = nb::none();
+    if (error) exc = python_exception(error);
+    else value = convert(result...);
     try {
       nb::module_ aio = nb::module_::import_("zarrcoro._aio");
-      pending->loop.attr("call_soon_threadsafe")(aio.attr("complete"), pending->future, exc);
+      pending->loop.attr("call_soon_threadsafe")(aio.attr("complete"), pending->future, exc, value);
     } catch (nb::python_error& e) {
       e.discard_as_unraisable("zarrcoro: completing an asyncio future");  // the loop is closed
     }
@@ -202,6 +211,171 @@ PyOperation start_async(const std::shared_ptr<Engine>& engine, nb::object loop, 
     start(boost::asio::bind_cancellation_slot(op.signal->slot(), std::move(handler)));
   }
   return op;
+}
+
+template <class Start>
+PyOperation start_async(const std::shared_ptr<Engine>& engine, nb::object loop, nb::object future, nb::object keep,
+                        Start start) {
+  return start_async(engine, std::move(loop), std::move(future), std::move(keep), std::move(start),
+                     [] { return nb::none(); });
+}
+
+// Strings as Python objects: str for a `string` array (valid UTF-8: checked
+// on decode), bytes for a `bytes` array. Under the GIL.
+bool is_text(const Array& a) { return a.dtype().kind() == zarrcoro::DataTypeKind::string; }
+nb::list python_strings(bool text, const std::vector<std::string>& values) {
+  nb::list out;
+  for (const auto& v : values)
+    out.append(text ? nb::object(nb::str(v.data(), v.size())) : nb::object(nb::bytes(v.data(), v.size())));
+  return out;
+}
+
+// Python str / bytes items as the engine's strings. Under the GIL.
+std::vector<std::string> engine_strings(const nb::list& items) {
+  std::vector<std::string> values;
+  values.reserve(items.size());
+  for (nb::handle item : items) {
+    if (nb::isinstance<nb::str>(item)) values.emplace_back(nb::cast<std::string>(item));
+    else if (nb::isinstance<nb::bytes>(item))
+      values.emplace_back(nb::cast<nb::bytes>(item).c_str(), nb::cast<nb::bytes>(item).size());
+    else throw zarrcoro::InvalidArgument("", "value", "expected str or bytes items");
+  }
+  return values;
+}
+
+// Slabs: boxes of equal size written from consecutive pieces of one buffer
+// (a write through slices with steps other than 1 and -1 becomes one box per
+// selected index along each such axis, so that no element between them is
+// written). Rows of `starts` / `stops` (n x rank, uint64) are the boxes.
+using Boxes = nb::ndarray<const std::uint64_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+
+struct SlabPlan {
+  std::vector<Region> regions;
+  std::uint64_t elements_each = 0;  // every box holds as many elements
+};
+
+SlabPlan slab_plan(const Boxes& starts, const Boxes& stops, std::size_t rank) {
+  if (starts.shape(0) != stops.shape(0) || starts.shape(1) != rank || stops.shape(1) != rank)
+    throw zarrcoro::InvalidArgument("", "selection", "starts and stops must both be n x rank");
+  SlabPlan plan;
+  plan.regions.reserve(starts.shape(0));
+  for (std::size_t i = 0; i < starts.shape(0); ++i) {
+    Region r;
+    r.start.assign(starts.data() + i * rank, starts.data() + (i + 1) * rank);
+    r.stop.assign(stops.data() + i * rank, stops.data() + (i + 1) * rank);
+    for (std::size_t d = 0; d < rank; ++d)
+      if (r.start[d] > r.stop[d]) throw zarrcoro::InvalidArgument("", "selection", "a box with start > stop");
+    const std::uint64_t n = r.num_elements();
+    if (i == 0) plan.elements_each = n;
+    else if (n != plan.elements_each) throw zarrcoro::InvalidArgument("", "selection", "boxes of different sizes");
+    plan.regions.push_back(std::move(r));
+  }
+  return plan;
+}
+
+// Writes the slabs at most kSlabsInFlight at once (the engine serializes
+// writes to one chunk; boxes in different chunks proceed together) and
+// calls `handler(std::exception_ptr)` once, after the last write started
+// has finished: with the first error, after which no further slab starts.
+// Cancellation through the handler's slot stops starting slabs and
+// completes with Cancelled. `write(region, i, done)` starts slab i.
+template <class Handler>
+class SlabWrite : public std::enable_shared_from_this<SlabWrite<Handler>> {
+ public:
+  using Write = std::function<void(const Region&, std::size_t, std::function<void(std::exception_ptr)>)>;
+  static constexpr std::size_t kSlabsInFlight = 64;
+
+  SlabWrite(std::vector<Region> regions, Write write, Handler handler)
+      : regions_(std::move(regions)), write_(std::move(write)), handler_(std::move(handler)) {}
+
+  void start() {
+    auto slot = boost::asio::get_associated_cancellation_slot(handler_);
+    if (slot.is_connected())  // assigned before anyone can emit (PyOperation::cancel comes later)
+      slot.assign([w = std::weak_ptr<SlabWrite>(this->shared_from_this())](boost::asio::cancellation_type) {
+        if (auto self = w.lock()) {
+          std::lock_guard lock(self->mu_);
+          if (!self->error_)
+            self->error_ = std::make_exception_ptr(zarrcoro::Cancelled("", "", "the write was cancelled"));
+        }
+      });
+    pump();
+  }
+
+ private:
+  void pump() {
+    std::vector<std::size_t> starting;
+    bool finished = false;
+    std::exception_ptr error;
+    {
+      std::lock_guard lock(mu_);
+      while (!error_ && next_ < regions_.size() && in_flight_ < kSlabsInFlight) {
+        starting.push_back(next_++);
+        ++in_flight_;
+      }
+      if (in_flight_ == 0 && !finished_ && (error_ || next_ == regions_.size())) {
+        finished = finished_ = true;
+        error = error_;
+      }
+    }
+    for (std::size_t i : starting) {
+      try {
+        write_(regions_[i], i, [self = this->shared_from_this()](std::exception_ptr e) { self->done(e); });
+      } catch (...) {
+        done(std::current_exception());
+      }
+    }
+    if (finished) std::move(handler_)(error);
+  }
+  void done(std::exception_ptr e) {
+    {
+      std::lock_guard lock(mu_);
+      --in_flight_;
+      if (e && !error_) error_ = e;
+    }
+    pump();
+  }
+
+  std::vector<Region> regions_;
+  Write write_;
+  Handler handler_;
+  std::mutex mu_;
+  std::size_t next_ = 0, in_flight_ = 0;
+  bool finished_ = false;
+  std::exception_ptr error_;
+};
+
+template <class Handler>
+void start_slabs(std::vector<Region> regions, typename SlabWrite<Handler>::Write write, Handler handler) {
+  if (regions.empty()) {
+    std::move(handler)(std::exception_ptr());
+    return;
+  }
+  std::make_shared<SlabWrite<Handler>>(std::move(regions), std::move(write), std::move(handler))->start();
+}
+
+// Starts slab i of `data` (fixed-size elements) with a.async_write.
+auto fixed_slab_writer(const Array& a, std::span<const std::byte> data, std::size_t bytes_each) {
+  return [a, data, bytes_each](const Region& r, std::size_t i, std::function<void(std::exception_ptr)> done) {
+    a.async_write(r, data.subspan(i * bytes_each, bytes_each), std::move(done));
+  };
+}
+// Starts slab i of `values` (strings) with a.async_write_strings.
+auto string_slab_writer(const Array& a, std::shared_ptr<const std::vector<std::string>> values, std::size_t each) {
+  return [a, values, each](const Region& r, std::size_t i, std::function<void(std::exception_ptr)> done) {
+    a.async_write_strings(r, std::span<const std::string>(*values).subspan(i * each, each), std::move(done));
+  };
+}
+
+// Runs start_slabs and waits (the GIL released by the caller).
+void write_slabs_blocking(std::vector<Region> regions,
+                          std::function<void(const Region&, std::size_t, std::function<void(std::exception_ptr)>)> write) {
+  std::promise<void> done;
+  auto finished = done.get_future();
+  start_slabs(std::move(regions), std::move(write), [&done](std::exception_ptr e) {
+    if (e) done.set_exception(e);
+    else done.set_value();
+  });
+  finished.get();
 }
 
 nb::str dump(const nlohmann::json& j) { return nb::str(j.dump().c_str()); }
@@ -354,29 +528,81 @@ NB_MODULE(_zarrcoro, m) {
               nb::gil_scoped_release release;
               values = a.array.read_strings_blocking(region_of(start, stop));
             }
-            const bool text = a.array.dtype().kind() == zarrcoro::DataTypeKind::string;
-            nb::list out;
-            for (const auto& v : values)  // str for `string` (valid UTF-8: checked on decode), bytes for `bytes`
-              out.append(text ? nb::object(nb::str(v.data(), v.size())) : nb::object(nb::bytes(v.data(), v.size())));
-            return out;
+            return python_strings(is_text(a.array), values);
           },
           "start"_a, "stop"_a)
+      .def(
+          "read_strings_async",
+          [](PyArray& a, const Shape& start, const Shape& stop, nb::object loop, nb::object future) {
+            (void)a.engine->runtime();
+            Region r = region_of(start, stop);
+            return start_async(
+                a.engine, std::move(loop), std::move(future), nb::none(),
+                [&](auto handler) { a.array.async_read_strings(std::move(r), std::move(handler)); },
+                [text = is_text(a.array)](const std::vector<std::string>& values) {
+                  return python_strings(text, values);
+                });
+          },
+          "start"_a, "stop"_a, "loop"_a, "future"_a)
       .def(
           "write_strings",
           [](PyArray& a, const Shape& start, const Shape& stop, nb::list items) {
             (void)a.engine->runtime();
-            std::vector<std::string> values;
-            values.reserve(items.size());
-            for (nb::handle item : items) {
-              if (nb::isinstance<nb::str>(item)) values.emplace_back(nb::cast<std::string>(item));
-              else if (nb::isinstance<nb::bytes>(item))
-                values.emplace_back(nb::cast<nb::bytes>(item).c_str(), nb::cast<nb::bytes>(item).size());
-              else throw zarrcoro::InvalidArgument("", "value", "expected str or bytes items");
-            }
+            std::vector<std::string> values = engine_strings(items);
             nb::gil_scoped_release release;
             a.array.write_strings_blocking(region_of(start, stop), values);
           },
           "start"_a, "stop"_a, "values"_a)
+      .def(
+          "write_slabs",
+          [](PyArray& a, Boxes starts, Boxes stops, ConstBuffer in) {
+            (void)a.engine->runtime();
+            SlabPlan plan = slab_plan(starts, stops, a.array.shape().size());
+            const std::size_t each = static_cast<std::size_t>(plan.elements_each) * a.array.dtype().size();
+            const auto span = bytes_of(in, each * plan.regions.size(), "value");
+            nb::gil_scoped_release release;
+            write_slabs_blocking(std::move(plan.regions), fixed_slab_writer(a.array, span, each));
+          },
+          "starts"_a, "stops"_a, "value"_a.noconvert())
+      .def(
+          "write_slabs_async",
+          [](PyArray& a, Boxes starts, Boxes stops, ConstBuffer in, nb::object loop, nb::object future) {
+            (void)a.engine->runtime();
+            SlabPlan plan = slab_plan(starts, stops, a.array.shape().size());
+            const std::size_t each = static_cast<std::size_t>(plan.elements_each) * a.array.dtype().size();
+            const auto span = bytes_of(in, each * plan.regions.size(), "value");
+            return start_async(a.engine, std::move(loop), std::move(future), nb::cast(in), [&](auto handler) {
+              start_slabs(std::move(plan.regions), fixed_slab_writer(a.array, span, each), std::move(handler));
+            });
+          },
+          "starts"_a, "stops"_a, "value"_a.noconvert(), "loop"_a, "future"_a)
+      .def(
+          "write_strings_slabs",
+          [](PyArray& a, Boxes starts, Boxes stops, nb::list items) {
+            (void)a.engine->runtime();
+            SlabPlan plan = slab_plan(starts, stops, a.array.shape().size());
+            auto values = std::make_shared<const std::vector<std::string>>(engine_strings(items));
+            const std::size_t each = static_cast<std::size_t>(plan.elements_each);
+            if (values->size() != each * plan.regions.size())
+              throw zarrcoro::InvalidArgument("", "value", "the values do not fill the boxes");
+            nb::gil_scoped_release release;
+            write_slabs_blocking(std::move(plan.regions), string_slab_writer(a.array, values, each));
+          },
+          "starts"_a, "stops"_a, "values"_a)
+      .def(
+          "write_strings_slabs_async",
+          [](PyArray& a, Boxes starts, Boxes stops, nb::list items, nb::object loop, nb::object future) {
+            (void)a.engine->runtime();
+            SlabPlan plan = slab_plan(starts, stops, a.array.shape().size());
+            auto values = std::make_shared<const std::vector<std::string>>(engine_strings(items));
+            const std::size_t each = static_cast<std::size_t>(plan.elements_each);
+            if (values->size() != each * plan.regions.size())
+              throw zarrcoro::InvalidArgument("", "value", "the values do not fill the boxes");
+            return start_async(a.engine, std::move(loop), std::move(future), nb::none(), [&](auto handler) {
+              start_slabs(std::move(plan.regions), string_slab_writer(a.array, values, each), std::move(handler));
+            });
+          },
+          "starts"_a, "stops"_a, "values"_a, "loop"_a, "future"_a)
       .def(
           "set_attributes",
           [](PyArray& a, const std::string& attributes) {
@@ -398,12 +624,16 @@ NB_MODULE(_zarrcoro, m) {
   nb::class_<PyGroup>(m, "Group")
       .def_static(
           "open",
-          [](PyRuntime& r, const std::string& url, const std::string& path, nb::dict options) {
+          [](PyRuntime& r, const std::string& url, const std::string& path, nb::dict options,
+             std::optional<bool> consolidated) {
             auto store = r.engine->store(url, open_options(options));
+            const auto mode = !consolidated ? zarrcoro::Consolidated::use_if_present
+                              : *consolidated ? zarrcoro::Consolidated::require
+                                              : zarrcoro::Consolidated::ignore;
             nb::gil_scoped_release release;
-            return PyGroup{r.engine, Group::open_blocking(r.engine->runtime(), std::move(store), path)};
+            return PyGroup{r.engine, Group::open_blocking(r.engine->runtime(), std::move(store), path, mode)};
           },
-          "runtime"_a, "url"_a, "path"_a, "options"_a)
+          "runtime"_a, "url"_a, "path"_a, "options"_a, "consolidated"_a = nb::none())
       .def_static(
           "create",
           [](PyRuntime& r, const std::string& url, const std::string& path, const std::string& attributes,
@@ -420,6 +650,7 @@ NB_MODULE(_zarrcoro, m) {
       .def_prop_ro("path", [](const PyGroup& g) { return g.group.path(); })
       .def_prop_ro("zarr_format", [](const PyGroup& g) { return g.group.zarr_format(); })
       .def_prop_ro("attributes", [](const PyGroup& g) { return dump(g.group.attributes()); })
+      .def_prop_ro("has_consolidated_metadata", [](const PyGroup& g) { return g.group.has_consolidated_metadata(); })
       .def(
           "members",
           [](PyGroup& g, bool recursive) {

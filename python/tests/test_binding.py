@@ -1,7 +1,9 @@
 """The Python binding (ctest python_binding): NumPy indexing against NumPy
-itself, every dtype kind through both formats, strings, typed errors,
-pickling, and asyncio: completions through the loop, cancellation, and the
-loop kept free of codec work while 64 reads run."""
+itself (writes with steps too: the elements between stay), every dtype kind
+through both formats, strings (awaited too), typed errors for bad input
+(dtype, shape, selection, a closed runtime), pickling, and asyncio:
+completions through the loop, cancellation, and the loop kept free of codec
+work while 64 reads run."""
 import asyncio
 import pickle
 
@@ -47,8 +49,6 @@ def test_writes_land_where_numpy_puts_them_and_missing_chunks_read_fill(tmp_path
     model[8:3:-1, 0] = [1, 2, 3, 4, 5]
     assert np.array_equal(a[:], model)
     assert sorted(p.name for p in (tmp_path / "w" / "c").iterdir()) == ["0", "1", "2"]
-    with pytest.raises(IndexError):
-        a[::2] = 0.0  # a step would rewrite the elements between
     reopened = zarrcoro.open_array(tmp_path / "w", runtime=runtime, mode="r")
     assert reopened.fill_value == -2.5
     with pytest.raises(zarrcoro.InvalidArgument):
@@ -184,3 +184,128 @@ def test_attributes_and_resize_return_the_node_as_it_is_then(tmp_path, runtime):
     assert b.attrs == {"b": [1, 2]} and b.shape == (6,)
     g = zarrcoro.create_group(tmp_path / "g", runtime=runtime).update_attributes({"x": "y"})
     assert zarrcoro.open_group(tmp_path / "g", runtime=runtime).attrs == {"x": "y"} == g.attrs
+
+
+@pytest.mark.parametrize("shards", [None, (6, 8)])
+def test_writes_with_steps_leave_the_elements_between_alone(tmp_path, runtime, shards):
+    shape = (11, 8)
+    a = zarrcoro.create_array(tmp_path / "st", shape=shape, chunks=(3, 4), shards=shards, dtype="<i8",
+                              fill_value=-1, runtime=runtime)
+    base = np.arange(88, dtype="<i8").reshape(shape)
+    a[...] = base
+    model = base.copy()
+    rng = np.random.default_rng(7)
+    for sel in [np.s_[::2], np.s_[1:10:3, ::-3], np.s_[::-4, 2], np.s_[5, 7:0:-2], np.s_[10:0:-5, 1:7:2],
+                np.s_[::3, 3:4], np.s_[2:3, ::5], np.s_[::20], np.s_[..., ::7]]:
+        value = rng.integers(1000, 2000, size=model[sel].shape)
+        a[sel] = value
+        model[sel] = value
+        assert np.array_equal(a[...], model), sel
+    a[1::4, ::3] = 5  # a scalar broadcast
+    model[1::4, ::3] = 5
+    assert np.array_equal(zarrcoro.open_array(tmp_path / "st", runtime=runtime)[...], model)
+
+
+def test_strings_with_steps_and_asyncio(tmp_path, runtime):
+    s = zarrcoro.create_array(tmp_path / "s", shape=(4, 5), chunks=(2, 2), dtype=str, fill_value="-",
+                              runtime=runtime)
+    model = np.full((4, 5), "-", dtype=object)
+    s[::3, 1::2] = [["a", "b"], ["c", "\u00e9"]]
+    model[::3, 1::2] = [["a", "b"], ["c", "\u00e9"]]
+    s[2, ::-4] = "z"
+    model[2, ::-4] = "z"
+
+    async def main():
+        await s.write_async(np.s_[1, 3::-3], ["p", "q"])
+        await s.write_async(np.s_[3, 2], "r")
+        return (await s.read_async(), await s.read_async(np.s_[::-2, 1]), await s.read_async(np.s_[0, 1]),
+                await s.read_async(np.s_[1:1]))
+
+    model[1, 3::-3] = ["p", "q"]
+    model[3, 2] = "r"
+    whole, column, one, empty = asyncio.run(main())
+    assert whole.tolist() == model.tolist()
+    assert column.tolist() == model[::-2, 1].tolist()
+    assert one == "a" and empty.shape == (0, 5)
+    assert s[...].tolist() == model.tolist()
+
+
+def test_write_async_with_steps_lands_where_numpy_puts_it(tmp_path, runtime):
+    a = zarrcoro.create_array(tmp_path / "wa", shape=(6, 6), chunks=(4, 4), dtype="float32", runtime=runtime)
+    model = np.zeros((6, 6), "float32")
+
+    async def main():
+        await a.write_async(np.s_[::5, 1::2], [[1, 2, 3], [4, 5, 6]])
+        await asyncio.gather(a.write_async(np.s_[1::2, 0], 7), a.write_async(np.s_[2, ::-3], [8, 9]))
+        return await a.read_async()
+
+    model[::5, 1::2] = [[1, 2, 3], [4, 5, 6]]
+    model[1::2, 0] = 7
+    model[2, ::-3] = [8, 9]
+    assert np.array_equal(asyncio.run(main()), model)
+
+
+def test_cancelling_a_write_with_steps_stops_it_between_boxes(tmp_path):
+    rt = zarrcoro.Runtime(codec_threads=1)
+    a = zarrcoro.create_array(tmp_path / "cw", shape=(8192,), chunks=(64,), dtype="int32", runtime=rt)
+
+    async def main():
+        task = asyncio.ensure_future(a.write_async(np.s_[::2], 1))  # 4096 boxes of one element
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await a.write_async(np.s_[1], 5)  # the runtime still works
+        return await a.read_async()
+
+    got = asyncio.run(main())
+    assert set(np.unique(got[::2]).tolist()) <= {0, 1}  # each box written or not (when the cancel came)
+    assert got[1] == 5 and not got[3::2].any()  # and nothing between the selected elements
+
+
+def test_bad_input_raises_typed_errors_and_leaves_the_array_as_it_was(tmp_path):
+    rt = zarrcoro.Runtime(codec_threads=1)
+    a = zarrcoro.create_array(tmp_path / "b", shape=(4, 3), chunks=(2, 2), dtype="int16", runtime=rt)
+    s = zarrcoro.create_array(tmp_path / "bs", shape=(3,), dtype=str, runtime=rt)
+    a[...] = 1
+    # Wrong dtype: values that do not cast to the array's dtype.
+    for value in ("x", np.array(["1", "y"]), [1 + 2j] * 3, object(), np.nan, 70000, {"a": 1}):
+        with pytest.raises(zarrcoro.InvalidArgument) as e:
+            a[0] = value
+        assert e.value.field == "value"
+    with pytest.raises(zarrcoro.InvalidArgument) as e:
+        s[0] = 5  # neither str nor bytes
+    assert e.value.field == "value"
+    with pytest.raises(zarrcoro.InvalidArgument) as e:
+        a.read_into(np.empty((4, 3), "int32"))  # a buffer of another dtype
+    assert e.value.field == "out"
+    # Wrong shape: values that do not broadcast, buffers of another shape or layout.
+    for sel, value in ((np.s_[...], np.zeros(4)), (np.s_[::2], np.zeros((3, 3))), (np.s_[1, ::2], [1, 2, 3])):
+        with pytest.raises(zarrcoro.InvalidArgument) as e:
+            a[sel] = value
+        assert e.value.field == "value" and isinstance(e.value, ValueError)
+    for out in (np.empty((3, 4), "int16"), np.empty((4, 3), "int16")[:, ::-1], np.empty(12, "int16"), [0] * 12):
+        with pytest.raises(zarrcoro.InvalidArgument):
+            a.read_into(out)
+    # Out-of-range and non-basic selections: InvalidIndex, which is an IndexError too.
+    for sel in (np.s_[4], np.s_[-5], np.s_[0, 3], np.s_[0, 0, 0], np.s_[..., ...], np.s_[[0, 1]], np.s_[0.5],
+                np.s_[None], np.s_[True], np.s_[1.5:2], np.s_[::0], np.s_[np.array([True] * 4)]):
+        for op in (lambda: a[sel], lambda: a.__setitem__(sel, 0), lambda: asyncio.run(a.read_async(sel))):
+            with pytest.raises(zarrcoro.InvalidIndex) as e:
+                op()
+            assert isinstance(e.value, IndexError) and e.value.field == "selection"
+    with pytest.raises(zarrcoro.InvalidIndex):
+        a.read_into(np.empty((2, 3), "int16"), np.s_[::2])
+    assert np.array_equal(a[...], np.ones((4, 3), "int16"))  # nothing above wrote
+    # A closed runtime: every operation, blocking or awaited, refuses.
+    rt.close()
+    for op in (lambda: a[0], lambda: a.__setitem__(0, 1), lambda: a.__setitem__(np.s_[::2], 1), lambda: s[0],
+               lambda: a.read_into(np.empty((4, 3), "int16")), lambda: asyncio.run(a.read_async()),
+               lambda: asyncio.run(a.write_async(0, 1)), lambda: asyncio.run(s.read_async()), lambda: a.resize((2, 2)),
+               lambda: zarrcoro.open_array(tmp_path / "b", runtime=rt), lambda: rt.stats(),
+               lambda: zarrcoro.create_array("memory://x", shape=(1,), dtype="int8", runtime=rt),
+               lambda: zarrcoro.open_group(tmp_path / "b", runtime=rt)):
+        with pytest.raises(zarrcoro.InvalidArgument) as e:
+            op()
+        assert e.value.field == "runtime"
+    assert np.array_equal(zarrcoro.open_array(tmp_path / "b")[...], np.ones((4, 3), "int16"))

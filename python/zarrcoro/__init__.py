@@ -27,16 +27,16 @@ import numpy as np
 
 from . import _zarrcoro
 from . import errors
-from ._selection import is_contiguous, normalize
-from .errors import (AlreadyExists, Cancelled, CorruptChunk, InvalidArgument, InvalidMetadata, NotFound,
-                     StoreError, UnsupportedError, ZarrcoroError)
+from ._selection import is_contiguous, normalize, write_layout
+from .errors import (AlreadyExists, Cancelled, CorruptChunk, InvalidArgument, InvalidIndex, InvalidMetadata,
+                     NotFound, StoreError, UnsupportedError, ZarrcoroError)
 
 _zarrcoro._set_error_classes(errors.BY_ENGINE_NAME)
 
 __all__ = [
     "Runtime", "Array", "Group", "open_array", "create_array", "open_group", "create_group", "default_runtime",
     "ZarrcoroError", "InvalidMetadata", "UnsupportedError", "CorruptChunk", "StoreError", "NotFound", "Cancelled",
-    "InvalidArgument", "AlreadyExists",
+    "InvalidArgument", "InvalidIndex", "AlreadyExists",
 ]
 
 
@@ -181,14 +181,23 @@ class Array(_Node):
     def _is_strings(self):
         return self._native.dtype_kind != "fixed"
 
+    def _strings_array(self, values, box, local):
+        out = np.empty(len(values), self.dtype)
+        if out.size:
+            out[:] = values
+        return out.reshape(box)[local]
+
     def __getitem__(self, key):
+        """``self[key]``: a NumPy array (a scalar for integers on every axis),
+        as NumPy's basic indexing of the stored array gives it. Raises
+        InvalidIndex (an IndexError) for other indices or out-of-range ones;
+        CorruptChunk, StoreError from the store. Releases the GIL while the
+        engine reads; thread-safe."""
         start, stop, local, shape = normalize(key, self.shape)
         box = tuple(b - a for a, b in zip(start, stop))
         if self._is_strings():
-            out = np.empty(math.prod(box), self.dtype)
-            if out.size:
-                out[:] = self._native.read_strings(start, stop)
-            return out.reshape(box)[local]
+            values = self._native.read_strings(start, stop) if math.prod(box) else []
+            return self._strings_array(values, box, local)
         out = np.empty(box, self.dtype)
         if out.size:
             self._native.read_into(start, stop, out)
@@ -200,10 +209,14 @@ class Array(_Node):
 
     def read_into(self, out, selection=Ellipsis):
         """Reads ``self[selection]`` (a box: no steps) into ``out``, a
-        C-contiguous array of the selection's shape and the array's dtype."""
+        C-contiguous, writeable ndarray of the selection's shape and the
+        array's dtype (InvalidArgument, field "out", otherwise; InvalidIndex
+        for a selection with steps). Returns ``out``. Numbers only."""
         start, stop, local, shape = normalize(selection, self.shape)
         if not is_contiguous(local):
-            raise IndexError("read_into takes a selection without steps")
+            raise InvalidIndex("read_into takes a selection without steps")
+        if self._is_strings():
+            raise InvalidArgument("read_into reads numbers; index a string array instead", field="out")
         self._check_buffer(out, shape, "out")
         if out.size:
             self._native.read_into(start, stop, out.reshape(-1))
@@ -211,52 +224,94 @@ class Array(_Node):
 
     async def read_async(self, selection=Ellipsis):
         """``self[selection]``, awaited: the engine completes it through the
-        running loop once; cancelling the task cancels the read."""
-        if self._is_strings():
-            raise UnsupportedError("read_async of a string array is not supported yet; use arr[...]")
+        running loop once (no thread per call); cancelling the task cancels
+        the read. Strings too. Raises what ``self[selection]`` raises."""
         start, stop, local, shape = normalize(selection, self.shape)
         box = tuple(b - a for a, b in zip(start, stop))
+        if self._is_strings():
+            values = await self._await(self._native.read_strings_async, start, stop) if math.prod(box) else []
+            return self._strings_array(values, box, local)
         out = np.empty(box, self.dtype)
         if out.size:
             await self._await(self._native.read_into_async, start, stop, out.reshape(-1))
         return out[local] if not is_contiguous(local) else out.reshape(shape)
 
     async def write_async(self, selection, value):
-        """``self[selection] = value``, awaited (as read_async)."""
-        start, stop, data = self._prepare_write(selection, value)
-        if data is not None and data.size:
-            await self._await(self._native.write_async, start, stop, data.reshape(-1))
+        """``self[selection] = value``, awaited (as read_async); the same
+        selections, values and errors as assignment."""
+        self._check_writable()
+        plan = self._prepare_write(selection, value)
+        if plan is None:
+            return
+        start, stop, data, starts, stops = plan
+        strings = self._is_strings()
+        if starts is not None:
+            op = self._native.write_strings_slabs_async if strings else self._native.write_slabs_async
+            await self._await(op, starts, stops, data)
+        elif strings:
+            await self._await(self._native.write_strings_slabs_async, np.asarray([start], np.uint64),
+                              np.asarray([stop], np.uint64), data)
+        else:
+            await self._await(self._native.write_async, start, stop, data)
 
-    async def _await(self, start_op, start, stop, buffer):
+    async def _await(self, start_op, *args):
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        op = start_op(start, stop, buffer, loop, future)
+        op = start_op(*args, loop, future)
         future.add_done_callback(lambda f: op.cancel() if f.cancelled() else None)
-        await future
+        return await future
 
     # -- writing
-    def _prepare_write(self, selection, value):
-        """The box to write and its data (C order, the array's dtype)."""
-        start, stop, local, shape = normalize(selection, self.shape)
-        box = tuple(b - a for a, b in zip(start, stop))
-        axes = [s for s in local if isinstance(s, slice)]  # one per axis of the selection
-        if any(s.step not in (None, 1, -1) for s in axes):
-            raise IndexError("writes take slices of step 1 or -1 (a step would rewrite the elements between)")
-        dtype = object if self._is_strings() else self.dtype
-        data = np.broadcast_to(np.asarray(value, dtype=dtype), shape)
-        data = data[tuple(slice(None, None, -1) if s.step == -1 else slice(None) for s in axes)].reshape(box)
-        return start, stop, data if self._is_strings() else np.ascontiguousarray(data)
-
-    def __setitem__(self, selection, value):
+    def _check_writable(self):
         if self._mode == "r":
             raise InvalidArgument("the array was opened read-only (mode='r')", field="mode")
-        start, stop, data = self._prepare_write(selection, value)
+
+    def _prepare_write(self, selection, value):
+        """None when nothing is selected, else (start, stop, data, starts,
+        stops): the box, and the data in C order (an array of the array's
+        dtype, or a list of str / bytes) for it or, with starts / stops (see
+        write_layout), for its slabs in turn."""
+        start, stop, local, shape = normalize(selection, self.shape)
+        strings = self._is_strings()
+        try:
+            data = np.broadcast_to(np.asarray(value, dtype=object if strings else self.dtype), shape)
+        except (TypeError, ValueError, OverflowError) as e:
+            raise InvalidArgument("cannot write %s to a selection of shape %s and dtype %s: %s" % (
+                getattr(value, "shape", type(value).__name__), shape, self.dtype, e), field="value") from None
         if not data.size:
+            return None
+        counts, stepped, starts, stops = write_layout(start, stop, local)
+        axes = [s for s in local if isinstance(s, slice)]  # one per axis of the selection
+        data = data[tuple(slice(None, None, -1) if s.step is not None and s.step < 0 else slice(None)
+                          for s in axes) + (Ellipsis,)].reshape(counts)  # (an array even when 0-d)
+        if stepped:
+            data = np.moveaxis(data, stepped, range(len(stepped)))
+        data = data.reshape(-1)
+        return start, stop, data.tolist() if strings else np.ascontiguousarray(data), starts, stops
+
+    def __setitem__(self, selection, value):
+        """``self[selection] = value``: NumPy basic indexing (integers,
+        slices with any step, Ellipsis); ``value`` is broadcast to the
+        selection and cast as NumPy casts on assignment (str or bytes for
+        string arrays). A slice with a step other than 1 and -1 writes one
+        box per selected index along that axis: elements between are left
+        as they are, also against concurrent writers. Raises InvalidIndex
+        (an IndexError), InvalidArgument (field "value": a value that does
+        not cast or broadcast; field "mode": opened with mode "r"; field
+        "runtime": a closed runtime), StoreError. Thread-safe; writes to
+        one chunk land whole, in some order."""
+        self._check_writable()
+        plan = self._prepare_write(selection, value)
+        if plan is None:
             return
-        if self._is_strings():
-            self._native.write_strings(start, stop, data.reshape(-1).tolist())
+        start, stop, data, starts, stops = plan
+        strings = self._is_strings()
+        if starts is not None:
+            (self._native.write_strings_slabs if strings else self._native.write_slabs)(starts, stops, data)
+        elif strings:
+            self._native.write_strings(start, stop, data)
         else:
-            self._native.write(start, stop, data.reshape(-1))
+            self._native.write(start, stop, data)
 
     def _check_buffer(self, buf, shape, what):
         if not isinstance(buf, np.ndarray) or buf.dtype != self.dtype or tuple(buf.shape) != tuple(shape):
@@ -271,19 +326,34 @@ class Array(_Node):
 
 
 class Group(_Node):
-    """A Zarr group: attributes, members, and the arrays and groups below it."""
+    """A Zarr group: attributes, members, and the arrays and groups below it.
+    A cheap handle to what was read when it was opened; thread-safe."""
+
+    @property
+    def has_consolidated_metadata(self):
+        """True if it was opened with consolidated metadata (a snapshot of
+        the hierarchy below it)."""
+        return self._native.has_consolidated_metadata
 
     def members(self, recursive=False):
         """[(name, "array" | "group")], depth first by name."""
         return [(name, kind) for name, kind, _, _ in self._native.members(recursive)]
 
+    def _open(self, name, kind):
+        native = self._native.open_array(name) if kind == "array" else self._native.open_group(name)
+        return (Array if kind == "array" else Group)(native, self._runtime, self._url, self._storage_options,
+                                                     self._mode)
+
     def __getitem__(self, name):
+        """The member array or group ``name``; KeyError if there is none."""
         for member, kind in self.members():
             if member == name:
-                native = self._native.open_array(name) if kind == "array" else self._native.open_group(name)
-                cls = Array if kind == "array" else Group
-                return cls(native, self._runtime, self._url, self._storage_options, self._mode)
+                return self._open(name, kind)
         raise KeyError(name)
+
+    def arrays(self):
+        """[(name, Array)] for the arrays directly in the group, by name."""
+        return [(name, self._open(name, kind)) for name, kind in self.members() if kind == "array"]
 
     def __iter__(self):
         return (name for name, _ in self.members())
@@ -308,14 +378,21 @@ def open_array(store, path="", mode="r+", storage_options=None, runtime=None):
     return Array(native, runtime, _url(store), options, mode)
 
 
-def open_group(store, path="", mode="r+", storage_options=None, runtime=None):
+def open_group(store, path="", mode="r+", storage_options=None, runtime=None, consolidated=None):
+    """Opens the group at ``path`` in ``store`` (a path or URL): v3
+    ``zarr.json``, else v2 ``.zgroup``. ``consolidated``: None uses the
+    group's consolidated metadata when it has some (then listing and opening
+    members reads nothing more), True requires it (NotFound without), False
+    ignores it. NotFound if there is no group."""
     runtime = runtime or default_runtime()
     options = dict(storage_options or {})
-    native = _zarrcoro.Group.open(runtime._native, _url(store), path, options)
+    native = _zarrcoro.Group.open(runtime._native, _url(store), path, options, consolidated)
     return Group(native, runtime, _url(store), options, mode)
 
 
 def create_group(store, path="", attributes=None, zarr_format=3, overwrite=False, storage_options=None, runtime=None):
+    """Creates a group (zarr_format 2 or 3) with ``attributes``; AlreadyExists
+    unless ``overwrite`` (which removes what is there first)."""
     runtime = runtime or default_runtime()
     options = dict(storage_options or {})
     native = _zarrcoro.Group.create(runtime._native, _url(store), path, json.dumps(attributes or {}), zarr_format,

@@ -3,32 +3,42 @@
 The engine reads and writes boxes [start, stop). A basic index (integers,
 slices with any step, Ellipsis) becomes the box that bounds it, plus the
 NumPy index that picks the selection out of that box and the axes that
-integers drop.
+integers drop. A write through a slice with a step other than 1 and -1
+becomes slabs: one box per selected index along each such axis, so that
+no element between the selected ones is written.
 """
 import operator
+
+import numpy as np
+
+from .errors import InvalidIndex
 
 
 def normalize(key, shape):
     """(start, stop, local index, result shape) for ``key`` on ``shape``.
 
-    Raises IndexError for out-of-range integers, too many indices or
-    anything other than basic indexing.
+    Raises InvalidIndex (an IndexError) for out-of-range integers, too many
+    indices or anything other than basic indexing.
     """
     if not isinstance(key, tuple):
         key = (key,)
-    if sum(k is Ellipsis for k in key) > 1:
-        raise IndexError("an index can only have a single ellipsis ('...')")
-    if Ellipsis in key:
-        at = key.index(Ellipsis)
+    ellipses = [i for i, k in enumerate(key) if k is Ellipsis]  # by identity: arrays compare elementwise
+    if len(ellipses) > 1:
+        raise InvalidIndex("an index can only have a single ellipsis ('...')")
+    if ellipses:
+        at = ellipses[0]
         key = key[:at] + (slice(None),) * (len(shape) - len(key) + 1) + key[at + 1:]
     if len(key) > len(shape):
-        raise IndexError("too many indices for array: array is %d-dimensional, but %d were indexed"
-                         % (len(shape), len(key)))
+        raise InvalidIndex("too many indices for array: array is %d-dimensional, but %d were indexed"
+                           % (len(shape), len(key)))
     key = key + (slice(None),) * (len(shape) - len(key))
     start, stop, local, out_shape = [], [], [], []
     for k, n in zip(key, shape):
         if isinstance(k, slice):
-            first, last, step = k.indices(n)
+            try:
+                first, last, step = k.indices(n)
+            except (TypeError, ValueError) as e:  # bounds that are not integers, step 0
+                raise InvalidIndex("invalid slice %r: %s" % (k, e)) from None
             count = len(range(first, last, step))
             if count == 0:
                 start.append(0)
@@ -46,12 +56,14 @@ def normalize(key, shape):
                 local.append(slice(None, None, step))
             out_shape.append(count)
         else:
+            if isinstance(k, (bool, np.bool_)):
+                raise InvalidIndex("boolean indices are not basic indexing, got %r" % (k,))
             try:
                 i = operator.index(k)
             except TypeError:
-                raise IndexError("only integers, slices and Ellipsis are valid indices, got %r" % (k,)) from None
+                raise InvalidIndex("only integers, slices and Ellipsis are valid indices, got %r" % (k,)) from None
             if not -n <= i < n:
-                raise IndexError("index %d is out of bounds for an axis of size %d" % (i, n))
+                raise InvalidIndex("index %d is out of bounds for an axis of size %d" % (i, n))
             i %= n
             start.append(i)
             stop.append(i + 1)
@@ -63,3 +75,34 @@ def is_contiguous(local):
     """True when the selection is its whole box (no steps)."""
     return all(s == 0 or s == slice(None, None, 1) or s == slice(None, None, None) or s == slice(0, 0)
                for s in local)
+
+
+def write_layout(start, stop, local):
+    """How a write lands: (counts, stepped, starts, stops).
+
+    ``counts``: per axis of the array, the elements written (1 for an
+    integer), in which shape the data is laid out in ascending index order.
+    ``stepped``: the axes whose slice step is not 1 or -1 and which select
+    more than one index. Without such axes, ``starts`` and ``stops`` are
+    None (one box: [start, stop)); with them, they are n x rank uint64
+    arrays of slabs, one per combination of indices along the stepped axes
+    in C order, each holding the elements ``np.moveaxis(data, stepped,
+    range(len(stepped)))`` lays out consecutively.
+    """
+    counts, steps = [], []
+    for a, b, s in zip(start, stop, local):
+        step = abs(s.step or 1) if isinstance(s, slice) else 1
+        counts.append(0 if b == a else (b - a - 1) // step + 1)
+        steps.append(step)
+    stepped = [i for i, (c, st) in enumerate(zip(counts, steps)) if st > 1 and c > 1]
+    if not stepped:
+        return tuple(counts), stepped, None, None
+    grids = np.meshgrid(*[start[i] + np.arange(counts[i], dtype=np.uint64) * steps[i] for i in stepped],
+                        indexing="ij")
+    n = grids[0].size
+    starts = np.tile(np.asarray(start, dtype=np.uint64), (n, 1))
+    stops = np.tile(np.asarray(stop, dtype=np.uint64), (n, 1))
+    for axis, grid in zip(stepped, grids):
+        starts[:, axis] = grid.reshape(-1)
+        stops[:, axis] = grid.reshape(-1) + 1
+    return tuple(counts), stepped, starts, stops

@@ -50,6 +50,15 @@ class AlreadyExists(ZarrcoroError, FileExistsError):
     """create: a node exists where one is to be created."""
 
 
+class InvalidIndex(InvalidArgument, IndexError):
+    """A selection that is not NumPy basic indexing (integers, slices,
+    Ellipsis) or is out of bounds: an InvalidArgument (field "selection")
+    that is also the IndexError NumPy raises."""
+
+    def __init__(self, message, key="", field="selection", detail=""):
+        super().__init__(message, key, field, detail)
+
+
 # The engine's names of the kinds (zarrcoro::to_string(Errc)).
 BY_ENGINE_NAME = {
     "invalid metadata": InvalidMetadata,
