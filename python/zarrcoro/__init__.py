@@ -20,6 +20,7 @@ store per name for the runtime's life).
 """
 import ast
 import asyncio
+import atexit
 import json
 import math
 
@@ -78,11 +79,21 @@ _default = None
 
 
 def default_runtime():
-    """The process's shared Runtime, made on first use."""
+    """The process's shared Runtime, made on first use. Thread-safe (two
+    threads racing at first use may each make one; one is kept)."""
     global _default
     if _default is None or _default.closed:
         _default = Runtime()
     return _default
+
+
+@atexit.register
+def _drop_default_runtime():
+    # Let the shared Runtime go at exit, before the interpreter tears modules
+    # down in an order nanobind reports as leaks (seen in Dask's processes);
+    # arrays still open keep it as long as they need it.
+    global _default
+    _default = None
 
 
 def _numpy_dtype(native):
