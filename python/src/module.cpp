@@ -129,16 +129,23 @@ zarrcoro::S3Credentials& credentials(zarrcoro::OpenOptions& o) {
   return *o.s3.credentials;
 }
 
+// A str, else InvalidArgument (field "storage_options") naming the option.
+std::string option_text(nb::handle v, const std::string& key) {
+  if (!nb::isinstance<nb::str>(v))
+    throw zarrcoro::InvalidArgument("", "storage_options", "option '" + key + "' must be a str");
+  return nb::cast<std::string>(v);
+}
+
 zarrcoro::OpenOptions open_options(const nb::dict& o) {
   zarrcoro::OpenOptions out;
   for (auto [k, v] : o) {
-    const std::string key = nb::cast<std::string>(k);
+    const std::string key = nb::isinstance<nb::str>(k) ? nb::cast<std::string>(k) : std::string(nb::repr(k).c_str());
     if (v.is_none()) continue;
-    if (key == "endpoint") out.s3.endpoint = nb::cast<std::string>(v);
-    else if (key == "region") out.s3.region = nb::cast<std::string>(v);
-    else if (key == "access_key_id") credentials(out).access_key = nb::cast<std::string>(v);
-    else if (key == "secret_access_key") credentials(out).secret_key = nb::cast<std::string>(v);
-    else if (key == "session_token") credentials(out).session_token = nb::cast<std::string>(v);
+    if (key == "endpoint") out.s3.endpoint = option_text(v, key);
+    else if (key == "region") out.s3.region = option_text(v, key);
+    else if (key == "access_key_id") credentials(out).access_key = option_text(v, key);
+    else if (key == "secret_access_key") credentials(out).secret_key = option_text(v, key);
+    else if (key == "session_token") credentials(out).session_token = option_text(v, key);
     else throw zarrcoro::InvalidArgument("", "storage_options", "unknown option '" + key + "'");
   }
   return out;

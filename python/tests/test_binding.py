@@ -309,3 +309,38 @@ def test_bad_input_raises_typed_errors_and_leaves_the_array_as_it_was(tmp_path):
             op()
         assert e.value.field == "runtime"
     assert np.array_equal(zarrcoro.open_array(tmp_path / "b")[...], np.ones((4, 3), "int16"))
+
+
+def test_bad_parameters_raise_invalid_argument_naming_them(tmp_path, runtime):
+    def create(**kw):
+        args = dict(shape=(4,), dtype="int8", runtime=runtime)
+        args.update(kw)
+        return zarrcoro.create_array("memory://bad", **args)
+
+    a = create(path="ok")
+    cases = [
+        ("dtype", lambda: create(dtype="nonsense")),
+        ("fill_value", lambda: create(fill_value="x")),
+        ("fill_value", lambda: create(fill_value=1000)),
+        ("fill_value", lambda: create(dtype=str, fill_value=3)),
+        ("compressor", lambda: create(compressor="lz9")),
+        ("zarr_format", lambda: create(zarr_format=4)),
+        ("shape", lambda: create(shape=(2.5,))),
+        ("shape", lambda: create(shape=(-1,))),
+        ("chunks", lambda: create(chunks=("a",))),
+        ("shards", lambda: create(chunks=(2,), shards=(None,))),
+        ("attributes", lambda: create(attributes={"a": object()})),
+        ("attributes", lambda: create(attributes={"a": float("nan")})),
+        ("attributes", lambda: a.update_attributes({"a": {1, 2}})),
+        ("attributes", lambda: zarrcoro.create_group("memory://badg", attributes={"a": b"x"}, runtime=runtime)),
+        ("shape", lambda: a.resize((-2,))),
+        ("storage_options", lambda: zarrcoro.open_array("s3://b/x", storage_options={"endpoint": 5},
+                                                        runtime=runtime)),
+        ("storage_options", lambda: zarrcoro.open_array("s3://b/x", storage_options={"nope": "x"}, runtime=runtime)),
+        ("codec_threads", lambda: zarrcoro.Runtime(codec_threads=-1)),
+    ]
+    for field, op in cases:
+        with pytest.raises(zarrcoro.InvalidArgument) as e:
+            op()
+        assert e.value.field == field, (field, e.value)
+    assert zarrcoro.open_array("memory://bad", "ok", runtime=runtime).attrs == {}  # nothing above wrote

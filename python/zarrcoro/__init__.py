@@ -23,6 +23,7 @@ import asyncio
 import atexit
 import json
 import math
+import operator
 
 import numpy as np
 
@@ -50,6 +51,10 @@ class Runtime:
     """
 
     def __init__(self, codec_threads=0, io_threads=1, max_inflight_bytes=0, max_inflight_requests=0):
+        limits = {"codec_threads": codec_threads, "io_threads": io_threads, "max_inflight_bytes": max_inflight_bytes,
+                  "max_inflight_requests": max_inflight_requests}
+        for name, value in limits.items():
+            _ints([value], name)
         self._native = _zarrcoro.Runtime(codec_threads, io_threads, max_inflight_bytes, max_inflight_requests)
 
     def close(self):
@@ -133,8 +138,11 @@ class _Node:
         return json.loads(self._native.attributes)
 
     def update_attributes(self, attributes):
-        """Replaces the attributes; returns the node as it is then."""
-        return self._with(self._native.set_attributes(json.dumps(attributes)))
+        """Replaces the attributes (a dict of JSON values: InvalidArgument,
+        field "attributes", otherwise); returns the node as it is then. The
+        write is conditional on the document this handle read
+        (InvalidArgument if another writer replaced it since)."""
+        return self._with(self._native.set_attributes(_json(attributes, "attributes")))
 
 
 class Array(_Node):
@@ -332,8 +340,9 @@ class Array(_Node):
             raise InvalidArgument("%s must be C-contiguous and writeable" % what, field=what)
 
     def resize(self, shape):
-        """Changes the shape; returns the array as it is then."""
-        return self._with(self._native.resize(list(shape)))
+        """Changes the shape (same rank, non-negative integers: InvalidArgument,
+        field "shape", otherwise); returns the array as it is then."""
+        return self._with(self._native.resize(_ints(shape, "shape")))
 
 
 class Group(_Node):
@@ -380,6 +389,25 @@ def _url(store):
     return str(store)
 
 
+def _ints(values, field):
+    """Non-negative integers (a list), else InvalidArgument naming ``field``."""
+    try:
+        out = [operator.index(v) for v in values]
+    except TypeError:
+        raise InvalidArgument("%s must be non-negative integers, got %r" % (field, values), field=field) from None
+    if any(v < 0 for v in out):
+        raise InvalidArgument("%s must be non-negative integers, got %r" % (field, values), field=field)
+    return out
+
+
+def _json(value, field):
+    """``value`` as strict JSON text (no NaN), else InvalidArgument naming ``field``."""
+    try:
+        return json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise InvalidArgument("%s must be JSON values: %s" % (field, e), field=field) from None
+
+
 def open_array(store, path="", mode="r+", storage_options=None, runtime=None):
     """Opens the array at ``path`` in ``store`` (a path or URL). NotFound if
     there is none. ``mode`` "r" refuses writes."""
@@ -406,8 +434,8 @@ def create_group(store, path="", attributes=None, zarr_format=3, overwrite=False
     unless ``overwrite`` (which removes what is there first)."""
     runtime = runtime or default_runtime()
     options = dict(storage_options or {})
-    native = _zarrcoro.Group.create(runtime._native, _url(store), path, json.dumps(attributes or {}), zarr_format,
-                                    overwrite, options)
+    native = _zarrcoro.Group.create(runtime._native, _url(store), path, _json(attributes or {}, "attributes"),
+                                    zarr_format, overwrite, options)
     return Group(native, runtime, _url(store), options, "r+")
 
 
@@ -434,20 +462,38 @@ def create_array(store, shape, dtype, chunks=None, path="", fill_value=None, com
     """Creates an array and returns it open for writing.
 
     ``dtype``: a NumPy dtype of a number or bool (either byte order), or
-    ``str`` for variable-length UTF-8 strings. ``chunks``: the chunk (with
-    ``shards``, the inner chunk) shape, default the whole array. ``compressor``:
-    "zstd", "gzip" or None. ``shards``: the shard shape (v3). Raises
-    AlreadyExists unless ``overwrite``.
+    ``str`` for variable-length UTF-8 strings (v2: any fixed NumPy dtype,
+    structured too). ``chunks``: the chunk (with ``shards``, the inner
+    chunk) shape, default the whole array. ``compressor``: "zstd", "gzip" or
+    None. ``shards``: the shard shape (v3). Raises AlreadyExists unless
+    ``overwrite``; InvalidArgument naming the parameter (``field``) for a
+    shape, dtype, fill_value, compressor, zarr_format or attributes it
+    cannot use; InvalidMetadata / UnsupportedError for metadata the engine
+    refuses (e.g. chunks of another rank).
     """
     runtime = runtime or default_runtime()
     options = dict(storage_options or {})
-    shape = [int(n) for n in shape]
-    chunks = [int(n) for n in (chunks or [max(1, n) for n in shape])]
+    if zarr_format not in (2, 3):
+        raise InvalidArgument("zarr_format must be 2 or 3, got %r" % (zarr_format,), field="zarr_format")
+    if compressor not in (None, "zstd", "gzip"):
+        raise InvalidArgument("compressor must be 'zstd', 'gzip' or None, got %r" % (compressor,), field="compressor")
+    shape = _ints(shape, "shape")
+    chunks = _ints(chunks or [max(1, n) for n in shape], "chunks")
     is_str = dtype is str or (isinstance(dtype, str) and dtype in ("str", "string")) or \
         getattr(dtype, "kind", None) == "T"  # variable-length UTF-8 (NumPy's StringDType)
-    dt = None if is_str else np.dtype(dtype)
+    try:
+        dt = None if is_str else np.dtype(dtype)
+    except TypeError as e:
+        raise InvalidArgument("dtype %r: %s" % (dtype, e), field="dtype") from None
     if fill_value is None:
         fill_value = "" if is_str else 0
+    if is_str and not isinstance(fill_value, str):
+        raise InvalidArgument("the fill_value of a string array is a str, got %r" % (fill_value,), field="fill_value")
+    if not is_str and not dt.names:
+        try:
+            np.asarray(fill_value, dtype=dt)  # the fill_value casts to the dtype
+        except (TypeError, ValueError, OverflowError) as e:
+            raise InvalidArgument("fill_value %r for %s: %s" % (fill_value, dt, e), field="fill_value") from None
     if zarr_format == 2:
         compressors = {None: None, "zstd": {"id": "zstd", "level": 3}, "gzip": {"id": "gzip", "level": 5}}
         doc = {"zarr_format": 2, "shape": shape, "chunks": chunks, "order": "C",
@@ -470,7 +516,7 @@ def create_array(store, shape, dtype, chunks=None, path="", fill_value=None, com
         codecs = [serializer] + compressors[compressor]
         grid = chunks
         if shards:
-            grid = [int(n) for n in shards]
+            grid = _ints(shards, "shards")
             codecs = [{"name": "sharding_indexed", "configuration": {
                 "chunk_shape": chunks, "codecs": codecs, "index_location": "end",
                 "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}]}}]
@@ -478,9 +524,9 @@ def create_array(store, shape, dtype, chunks=None, path="", fill_value=None, com
                "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": grid}},
                "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
                "fill_value": fill_value if is_str else _fill_json(fill_value, dt), "codecs": codecs,
-               "attributes": attributes or {}}
+               "attributes": json.loads(_json(attributes or {}, "attributes"))}
         if dimension_names is not None:
             doc["dimension_names"] = list(dimension_names)
     native = _zarrcoro.Array.create(runtime._native, _url(store), path, json.dumps(doc),
-                                    json.dumps(attributes or {}), overwrite, options)
+                                    _json(attributes or {}, "attributes"), overwrite, options)
     return Array(native, runtime, _url(store), options, "r+")
