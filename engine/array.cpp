@@ -8,6 +8,7 @@
 //   read_op.*       the read, with its partial shard reads
 //   shard_plan.*    which byte ranges of a shard a read fetches (no I/O)
 //   placement.*     decoded chunks into the output
+//   caller_read.*   small reads with nothing to compute, on the calling thread
 //   write_op.*      the write, with its conflict retries
 #include <zarrcoro/array.hpp>
 
@@ -29,6 +30,7 @@
 #include "codecs/vlen.hpp"
 #include "engine/array_state.hpp"
 #include "engine/blocking.hpp"
+#include "engine/caller_read.hpp"
 #include "core/checked.hpp"
 #include "engine/chunk_op.hpp"
 #include "engine/conditional_update.hpp"
@@ -76,10 +78,10 @@ void check_region(const Array::State& st, const Region& r, std::optional<std::si
     bad("region", "rank " + std::to_string(r.start.size()) + " does not match the array's rank " +
                       std::to_string(m.rank()));
   for (std::size_t d = 0; d < m.rank(); ++d) {
+    if (r.start[d] <= r.stop[d] && r.stop[d] <= m.shape[d]) continue;
     const std::string box = "[" + std::to_string(r.start[d]) + ", " + std::to_string(r.stop[d]) + ")";
     if (r.start[d] > r.stop[d]) bad("region", box + " stops before it starts in dimension " + std::to_string(d));
-    if (r.stop[d] > m.shape[d])
-      bad("region", box + " is outside [0, " + std::to_string(m.shape[d]) + ") in dimension " + std::to_string(d));
+    bad("region", box + " is outside [0, " + std::to_string(m.shape[d]) + ") in dimension " + std::to_string(d));
   }
   const auto bytes = checked_mul(r.num_elements(), m.data_type.size());
   if (!bytes) bad("region", "needs more bytes than fit in 64 bits");
@@ -88,13 +90,17 @@ void check_region(const Array::State& st, const Region& r, std::optional<std::si
     bad("buffer", "is " + std::to_string(*buffer_bytes) + " bytes, the region needs " + std::to_string(need));
 }
 
-// The op reading or writing `region` of `buf`; null when the region is empty.
+// The op reading or writing `region` of `buf`; null when there is nothing
+// left to do: an empty region, or a read answered on the calling thread
+// (caller_read.hpp).
 template <class Op, class Buffer, class... Extra>
 std::shared_ptr<ChunkOp> make_op(const std::shared_ptr<const Array::State>& st, const Region& region, Buffer buf,
                                  Extra... extra) {
   check_region(*st, region, buf.size());
   auto parts = detail::plan_chunks(st->meta.shape, st->meta.chunk_shape, region);
   if (parts.empty()) return nullptr;
+  if constexpr (std::is_same_v<Op, Read>)
+    if (detail::read_on_caller(*st, parts, region, buf)) return nullptr;
   return Op::make(st, std::move(parts), region, buf, extra...);
 }
 
@@ -210,14 +216,16 @@ void check_variable_length(const Array::State& st) {
                               st.meta.data_type.describe());
 }
 
+// run_op of a fixed-size data type in one coroutine frame (a small read
+// answered on the caller costs no more).
 asio::awaitable<void> read_raw(std::shared_ptr<const Array::State> st, Region region, MutableByteSpan out) {
-  check_fixed_size(*st, "read_strings");
-  co_await run_op<Read>(std::move(st), std::move(region), out);
+  auto op = make_fixed_size_op<Read>(st, region, out);
+  if (op) co_await initiate_op(std::move(op), use_awaitable);
 }
 
 asio::awaitable<void> write_raw(std::shared_ptr<const Array::State> st, Region region, ByteSpan in) {
-  check_fixed_size(*st, "write_strings");
-  co_await run_op<Write>(std::move(st), std::move(region), in);
+  auto op = make_fixed_size_op<Write>(st, region, in);
+  if (op) co_await initiate_op(std::move(op), use_awaitable);
 }
 
 // read_strings' buffers: the views the chunks decode to, and the strings

@@ -40,6 +40,15 @@ struct Array::State {
     return prefix + meta.chunk_key_encoding.encode(coords);
   }
   std::uint64_t chunk_bytes() const { return pipeline->chunk_spec().num_bytes(); }
+  // ReadOptions::size_hint for a whole chunk (or shard) as stored: its
+  // decoded size and a margin for what codecs add (headers, checksums, a
+  // shard's index, data that does not compress); 0 for variable-length
+  // data, whose decoded size says nothing of its stored one.
+  std::size_t chunk_size_hint() const {
+    if (meta.data_type.is_variable_length()) return 0;
+    const std::uint64_t n = chunk_bytes();
+    return n + n / 64 + 256;
+  }
 };
 
 }  // namespace zarrcoro

@@ -100,7 +100,7 @@ class ReadOp final : public ChunkOp {
       keys_now_.push_back(st_->chunk_key(p.coords));
       if (!st_->shard) options_now_[k].into = read_target(*st_->pipeline, p, p.out_start);
       options_now_[k].need_generation = false;  // a whole chunk, read unconditionally
-      options_now_[k].size_hint = size_hint();
+      options_now_[k].size_hint = st_->chunk_size_hint();
     }
     read_now_.assign(parts.size(), ReadNow{});
     st_->store->try_read_now_many(keys_now_, options_now_, read_now_);
@@ -425,16 +425,6 @@ class ReadOp final : public ChunkOp {
         rethrow_with_key(std::current_exception(), st_->chunk_key(p.coords));
       }
     }
-  }
-
-  // ReadOptions::size_hint for a whole chunk (or shard) as stored: its
-  // decoded size and a margin for what codecs add (headers, checksums, a
-  // shard's index, data that does not compress); 0 for variable-length
-  // data, whose decoded size says nothing of its stored one.
-  std::size_t size_hint() const {
-    if (heap_) return 0;
-    const std::uint64_t n = st_->chunk_bytes();
-    return n + n / 64 + 256;
   }
 
   // Where the store may read a chunk of `pipeline` as it is stored

@@ -275,13 +275,14 @@ RuntimeStats Runtime::stats() const {
   s.codec_calls = c.codec_calls.load();
   s.codec_calls_on_io_thread = c.codec_calls_on_io_thread.load();
   s.pool_queue_depth = c.queue_depth.load();
+  s.caller_reads = c.caller_reads.load();
   return s;
 }
 
 void Runtime::reset_stats() {
   auto& c = impl_->engine.scheduler.counters();
   for (auto* a : {&c.pool_submissions, &c.fanout_posts, &c.inline_batches, &c.chunks,
-                  &c.codec_calls, &c.codec_calls_on_io_thread})
+                  &c.codec_calls, &c.codec_calls_on_io_thread, &c.caller_reads})
     a->store(0);
 }
 

@@ -93,6 +93,8 @@ FilesystemOptions g_fs_options;
 // --io-time-slice-us and --no-codec-sched-idle, for every Runtime the benchmark makes.
 std::chrono::microseconds g_io_time_slice = RuntimeOptions{}.io_time_slice;
 bool g_codec_sched_idle = RuntimeOptions{}.codec_sched_idle;
+// --no-caller-reads: every read through the io_context (RuntimeOptions::caller_reads).
+bool g_caller_reads = RuntimeOptions{}.caller_reads;
 
 // The store holding the array: a directory (FilesystemStore with the measured
 // options), or a URL such as s3://bucket/prefix or http://host/path.
@@ -982,6 +984,7 @@ int run(const Options& opt) {
       o.codec_sched_idle = g_codec_sched_idle;
       o.codec_threads = threads;
       o.dispatch = d.value;
+      o.caller_reads = g_caller_reads;
       o.lag_probe_interval = std::chrono::microseconds(opt.lag_probe_us);
       Runtime rt(o);
       auto store = open_root(rt, ds.root.string());
@@ -1100,6 +1103,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0L, 100000L));
   app.add_flag("!--no-codec-sched-idle", g_codec_sched_idle,
                "Codec threads keep the normal policy (RuntimeOptions::codec_sched_idle = false; nice 10 only)");
+  app.add_flag("!--no-caller-reads", g_caller_reads,
+               "Every read through the io_context, none answered on the caller's thread (RuntimeOptions::caller_reads)");
   app.add_option("--json", opt.json_path, "Write one JSON object per configuration run to FILE");
   app.add_flag("--big", opt.big, "Also read a 1 GiB zstd array whole into one buffer (generated once, cached)");
   app.add_flag("--big-only", opt.big_only, "Run only the --big test");

@@ -57,6 +57,8 @@ bool within(const fs::path& root, const fs::path& p) {
 
 constexpr std::string_view kTempTag = ".tmp.";
 constexpr std::uint64_t kReadNowBytes = std::uint64_t{256} << 10;
+// open_for_read's answer when an open only through the lookup cache would wait.
+constexpr int kWouldWait = -2;
 constexpr std::size_t kTempHex = 16;
 
 bool is_temp_name(std::string_view name) {
@@ -344,6 +346,19 @@ bool FilesystemStore::openat2_works() {
   return true;
 }
 
+bool FilesystemStore::resolves_cached() {
+  static const bool works = [] {
+    open_how how{};
+    how.flags = O_PATH | O_CLOEXEC;
+    how.resolve = RESOLVE_CACHED;
+    const long fd = ::syscall(SYS_openat2, AT_FDCWD, "/", &how, sizeof how);
+    if (fd < 0) return false;
+    ::close(static_cast<int>(fd));
+    return true;
+  }();
+  return works;
+}
+
 // The root directory's descriptor, opened once; -1 (errno ENOENT) while the
 // root does not exist, unless `create` makes it.
 int FilesystemStore::root_fd(bool create) const {
@@ -370,8 +385,11 @@ int FilesystemStore::root_fd(bool create) const {
 
 // Opens the relative `path` beneath the root in the kernel; -1 with errno
 // on failure (ENOENT also while the root does not exist). EXDEV or ELOOP: a
-// symlink on the way (leaving the root, or any, per-component).
-int FilesystemStore::open_at(const std::string& path, int flags, mode_t mode) const {
+// symlink on the way (leaving the root, or any, per-component). `cached`:
+// only through the kernel's lookup cache (openat2 RESOLVE_CACHED), so that
+// the open never waits for the disk; EAGAIN when it would (also where the
+// kernel cannot promise it: before 5.12, or without openat2).
+int FilesystemStore::open_at(const std::string& path, int flags, mode_t mode, bool cached) const {
   const int root = root_fd(false);
   if (root < 0) {
     errno = ENOENT;
@@ -382,14 +400,24 @@ int FilesystemStore::open_at(const std::string& path, int flags, mode_t mode) co
     how.flags = static_cast<std::uint64_t>(flags | O_CLOEXEC);
     how.mode = (flags & O_CREAT) ? mode : 0;
     how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+    if (cached && resolve_cached_.load(std::memory_order_relaxed)) how.resolve |= RESOLVE_CACHED;
     for (int attempt = 0;; ++attempt) {
       const long fd = ::syscall(SYS_openat2, root, path.c_str(), &how, sizeof how);
-      // EAGAIN: a concurrent rename beneath the root; the kernel asks to retry.
-      if (fd < 0 && errno == EAGAIN && attempt < 16) continue;
+      if (fd < 0 && errno == EINVAL && (how.resolve & RESOLVE_CACHED)) {
+        resolve_cached_ = false;  // kernel before 5.12
+        break;
+      }
+      // EAGAIN: not all in the lookup cache (RESOLVE_CACHED), or a
+      // concurrent rename beneath the root, where the kernel asks to retry.
+      if (fd < 0 && errno == EAGAIN && !(how.resolve & RESOLVE_CACHED) && attempt < 16) continue;
       if (fd >= 0 || errno != ENOSYS) return static_cast<int>(fd);
+      openat2_ = false;  // kernel before 5.6
       break;
     }
-    openat2_ = false;  // kernel before 5.6
+  }
+  if (cached) {
+    errno = EAGAIN;
+    return -1;
   }
   return open_by_components(root, path, flags, mode);
 }
@@ -398,9 +426,14 @@ int FilesystemStore::open_at(const std::string& path, int flags, mode_t mode) co
 // symlink the kernel would not follow beneath the root (an absolute one, or
 // any on the per-component path) is resolved in user space and opened
 // without symlinks. StoreError if it leaves the root.
-int FilesystemStore::open_beneath(const std::string& key, const std::string& path, int flags, mode_t mode) const {
-  int fd = open_at(path, flags, mode);
+int FilesystemStore::open_beneath(const std::string& key, const std::string& path, int flags, mode_t mode,
+                                  bool cached) const {
+  int fd = open_at(path, flags, mode, cached);
   if (fd >= 0 || (errno != EXDEV && errno != ELOOP)) return fd;
+  if (cached) {  // resolving the symlinks may wait
+    errno = EAGAIN;
+    return -1;
+  }
   const fs::path real = resolve(key, path.empty() ? key : path);
   fd = open_at(real.lexically_relative(root_).string(), flags, mode);
   if (fd < 0 && (errno == EXDEV || errno == ELOOP))
@@ -479,13 +512,15 @@ fs::path FilesystemStore::resolve(const std::string& key, const std::string& pat
   return p;
 }
 
-// Opens the regular file at `key` for reading; returns -1 if there is none.
+// Opens the regular file at `key` for reading; returns -1 if there is none,
+// kWouldWait if `cached` (open_at) and the open would wait for the disk.
 // `generation` is taken from the open file, so it describes the bytes read.
 // The descriptor is O_NONBLOCK (so that a FIFO cannot block the open).
-int FilesystemStore::open_for_read(const std::string& key, struct stat& st) const {
-  const int fd = open_beneath(key, key, O_RDONLY | O_NONBLOCK);
+int FilesystemStore::open_for_read(const std::string& key, struct stat& st, bool cached) const {
+  const int fd = open_beneath(key, key, O_RDONLY | O_NONBLOCK, 0, cached);
   if (fd < 0) {
     if (errno == ENOENT || errno == ENOTDIR) return -1;
+    if (cached && errno == EAGAIN) return kWouldWait;
     fail(key, "cannot open " + in_quotes(root_ / key), errno);
   }
   if (::fstat(fd, &st) != 0) {
@@ -540,11 +575,13 @@ Generation FilesystemStore::generation_at(const std::string& key, int dir_fd, co
 }
 
 // Opens `key` for a read; -1 when there is nothing to read: no value
-// (result: absent) or a failed condition (result: changed).
+// (result: absent) or a failed condition (result: changed); kWouldWait as
+// open_for_read.
 int FilesystemStore::open_checked(const std::string& key, const ReadOptions& options, std::uint64_t& size,
-                                  ReadResult& result) const {
+                                  ReadResult& result, bool cached) const {
   struct stat st {};
-  const int fd = open_for_read(key, st);
+  const int fd = open_for_read(key, st, cached);
+  if (fd == kWouldWait) return fd;
   size = static_cast<std::uint64_t>(st.st_size);
   result.generation = fd < 0 ? Generation::absent() : generation_of(st, fd);
   if (!options.if_equal.unknown() && options.if_equal != result.generation) {
@@ -910,7 +947,7 @@ bool FilesystemStore::read_cached(const std::string& key, int fd, const ByteExte
 // waiting, and only the usual path refuses what is not a regular file.)
 std::optional<ReadResult> FilesystemStore::read_whole_now(const std::string& key, const ReadOptions& options) const {
   ReadResult result;
-  const int fd = open_beneath(key, key, O_RDONLY | O_NONBLOCK);
+  const int fd = open_beneath(key, key, O_RDONLY | O_NONBLOCK, 0, options.caches_only);
   if (fd < 0) {
     if (errno != ENOENT && errno != ENOTDIR) return std::nullopt;
     result.generation = Generation::absent();
@@ -977,7 +1014,8 @@ std::optional<ReadResult> FilesystemStore::try_read_now(const std::string& key, 
   }
   ReadResult result;
   std::uint64_t size = 0;
-  const int fd = open_checked(key, options, size, result);
+  const int fd = open_checked(key, options, size, result, options.caches_only);
+  if (fd == kWouldWait) return std::nullopt;
   if (fd < 0) return result;
   FdGuard guard{fd};
   if (read_cached(key, fd, clip(options.range, size), options.into, result)) return result;

@@ -8,6 +8,7 @@
 #include <ctime>
 #include <future>
 #include <latch>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <set>
@@ -1003,11 +1004,21 @@ class SplitStore : public MemoryStore {
     Store::try_read_now_many(keys, options, out);  // this try_read_now per key
   }
   std::optional<ReadResult> try_read_now(const std::string& key, const ReadOptions& options) override {
+    {
+      std::lock_guard lk(mu);
+      now_threads.insert(std::this_thread::get_id());
+    }
     if (key == fail_key) throw StoreError(key, "", "injected failure");
     if (!answers_now(key)) return std::nullopt;
     ++now_answers;
     return MemoryStore::try_read_now(key, options);
   }
+  std::set<std::thread::id> threads_asked() {
+    std::lock_guard lk(mu);
+    return std::exchange(now_threads, {});
+  }
+  std::mutex mu;
+  std::set<std::thread::id> now_threads;  // where try_read_now was called (under mu)
   std::chrono::milliseconds delay{0};  // before each read answers
   awaitable<ReadResult> read(std::string key, ReadOptions options) override {
     ++reads;
@@ -1041,6 +1052,108 @@ TEST_CASE("chunks the store answers at once and chunks it answers later land exa
   CHECK(back == data);
   CHECK(store->now_answers == 10);
   CHECK(store->reads == 10);
+}
+
+// RuntimeOptions::caller_reads: a read of a few chunks with nothing to
+// compute, which the store answers at once, is answered on the caller's
+// thread, blocking or awaited: no hop to the io_context, no batch, no pool job.
+TEST_CASE("a small read with nothing to compute is answered on the calling thread, with no hop",
+          "[engine][invariant]") {
+  Runtime rt({.codec_threads = 2});
+  auto store = std::make_shared<SplitStore>();
+  auto a = Array::create_blocking(rt, store, "", make_meta({64}, {8}, DataTypeKind::int32, raw_codecs()));
+  const auto data = iota_vec(40);  // chunks 0-4; 5-7 are missing and read as the fill value 0
+  a.write_blocking({{0}, {40}}, as_bytes(data));
+  rt.reset_stats();
+  store->reads = 0;
+  store->threads_asked();
+  std::vector<std::int32_t> part(8, -1);  // parts of chunks 0 and 1
+  a.read_blocking({{3}, {11}}, as_writable(part));
+  CHECK(part == iota_vec(8, 4));
+  std::vector<std::int32_t> tail(14, -1);  // part of chunk 4, chunk 5 whole, part of chunk 6: 10 fills
+  a.read_blocking({{36}, {50}}, as_writable(tail));
+  std::vector<std::int32_t> want{37, 38, 39, 40};
+  want.resize(14, 0);
+  CHECK(tail == want);
+  std::vector<std::int32_t> whole(8, -1);  // chunk 1, read into place
+  asio::io_context client;
+  auto done = asio::co_spawn(client, a.read({{8}, {16}}, as_writable(whole)), asio::use_future);
+  client.run();
+  done.get();
+  CHECK(whole == iota_vec(8, 9));
+  const RuntimeStats s = rt.stats();
+  CHECK(s.caller_reads == 3);
+  CHECK(s.pool_submissions == 0);
+  CHECK(s.inline_batches == 0);
+  CHECK(s.chunks == 0);
+  CHECK(store->reads == 0);
+  CHECK(store->threads_asked() == std::set<std::thread::id>{std::this_thread::get_id()});
+
+  // caller_reads = false: the same reads go through the io_context.
+  Runtime io_only({.codec_threads = 2, .caller_reads = false});
+  auto b = Array::open_blocking(io_only, store, "");
+  std::fill(part.begin(), part.end(), -1);
+  b.read_blocking({{3}, {11}}, as_writable(part));
+  CHECK(part == iota_vec(8, 4));
+  CHECK(io_only.stats().caller_reads == 0);
+  CHECK(io_only.stats().inline_batches == 1);
+  CHECK(store->threads_asked().count(std::this_thread::get_id()) == 0);
+}
+
+TEST_CASE("a read the caller cannot answer at once, or that computes, goes through the io_context exactly",
+          "[engine]") {
+  Runtime rt({.codec_threads = 2});
+  const bool compute = GENERATE(false, true);
+  INFO((compute ? "zstd" : "raw bytes, one chunk not answered at once"));
+  auto store = std::make_shared<SplitStore>();
+  auto a = Array::create_blocking(rt, store, "",
+                                  make_meta({64}, {8}, DataTypeKind::int32,
+                                            compute ? codecs_json(kComputeChains[1]) : raw_codecs()));
+  const auto data = iota_vec(64);
+  a.write_blocking(Region::all(a.shape()), as_bytes(data));
+  store->answers_now = [](const std::string& key) { return key != "c/1"; };
+  rt.reset_stats();
+  store->reads = 0;
+  std::vector<std::int32_t> part(12, -1);  // chunks 0 and 1
+  a.read_blocking({{2}, {14}}, as_writable(part));
+  CHECK(part == iota_vec(12, 3));
+  CHECK(rt.stats().caller_reads == 0);
+  CHECK(store->reads == 1);  // c/1 (the others answered at once, on the I/O thread)
+  // Too many chunks for the caller (kCallerReadChunks = 4): all through the io_context.
+  store->answers_now = [](const std::string&) { return true; };
+  std::vector<std::int32_t> five(40, -1);
+  a.read_blocking({{0}, {40}}, as_writable(five));
+  CHECK(five == iota_vec(40));
+  CHECK(rt.stats().caller_reads == 0);
+}
+
+TEST_CASE("a small read answered on the caller raises the store's error and a wrong-sized chunk's, with the key",
+          "[engine][errors]") {
+  Runtime rt({.codec_threads = 1});
+  auto store = std::make_shared<SplitStore>();
+  auto a = Array::create_blocking(rt, store, "", make_meta({16}, {8}, DataTypeKind::int32, raw_codecs()));
+  a.write_blocking(Region::all(a.shape()), as_bytes(iota_vec(16)));
+  store->fail_key = "c/0";
+  std::vector<std::int32_t> out(8);
+  try {
+    a.read_blocking({{0}, {8}}, as_writable(out));
+    FAIL("expected StoreError");
+  } catch (const StoreError& e) {
+    CHECK(e.key() == "c/0");
+  }
+  store->fail_key.clear();
+  Bytes shorter = stored(rt, store, "c/1");
+  shorter.resize(shorter.size() - 4);
+  asio::co_spawn(rt.io_executor(), store->set("c/1", shorter), asio::use_future).get();
+  for (const Region& r : {Region{{8}, {16}}, Region{{9}, {10}}}) {
+    try {
+      a.read_blocking(r);
+      FAIL("expected CorruptChunk");
+    } catch (const CorruptChunk& e) {
+      CHECK(e.key() == "c/1");
+    }
+  }
+  CHECK(rt.stats().caller_reads == 0);
 }
 
 TEST_CASE("a Runtime destroyed while a read waits for its store lets the read finish instead of hanging",

@@ -1049,6 +1049,39 @@ TEST_CASE("FilesystemStore: try_read_now declines a whole value expected above 2
   if (status) CHECK(*status == 0);
 }
 
+TEST_CASE("FilesystemStore: try_read_now with caches_only declines a path the kernel has not looked up, and answers "
+          "it once it has",
+          "[stores][filesystem]") {
+  // A caller's thread must never wait for the disk, not even for a directory
+  // lookup: caches_only opens only through the kernel's lookup cache. A
+  // missing key never looked up is not in it; the usual read looks it up
+  // (and the kernel remembers that it is missing).
+  test::TempDir tmp("stores");
+  StoreHarness h(filesystem_factory(tmp.path, kUring));
+  auto* store = store_answering_now(h);
+  if (!store) return;
+  if (!FilesystemStore::resolves_cached()) {
+    WARN("SKIPPED: the kernel cannot open through its lookup cache alone (RESOLVE_CACHED, Linux >= 5.12)");
+    return;
+  }
+  h.set("c/0", std::string(4096, 'x'));
+  Bytes into(4096);
+  ReadOptions cached;
+  cached.caches_only = true;
+  cached.need_generation = false;
+  cached.into = into;
+  const auto present = store->try_read_now("c/0", cached);  // written through this kernel: looked up
+  REQUIRE(present);
+  CHECK(present->in_place);
+  CHECK(into == bytes_of(std::string(4096, 'x')));
+  CHECK_FALSE(store->try_read_now("c/1", cached));  // never looked up
+  CHECK_FALSE(h.read("c/1").value);                 // the usual path looks it up: absent
+  const auto missing = store->try_read_now("c/1", cached);
+  REQUIRE(missing);
+  CHECK_FALSE(missing->value);
+  CHECK(missing->generation == Generation::absent());
+}
+
 TEST_CASE("FilesystemStore: try_read_now_many answers every page-cached small file of a large batch with its bytes",
           "[stores][filesystem]") {
   test::TempDir tmp("stores");

@@ -114,6 +114,12 @@ struct ReadOptions {
   // (FilesystemStore answers a whole small page-cached value read without
   // need_generation with open, read and close: no fstat).
   std::size_t size_hint = 0;
+  // try_read_now only: answer from what the store's caches hold alone, with
+  // no wait of any length, also where the usual answer would wait briefly
+  // (FilesystemStore: the path must be in the kernel's lookup cache, so a
+  // key never looked up, even a missing one, is declined). For a call on a
+  // thread that must never wait for a device (RuntimeOptions::caller_reads).
+  bool caches_only = false;
 };
 
 struct ReadResult {
@@ -209,8 +215,9 @@ class Store {
   // The same read answered at once on the calling thread, when the store can
   // do so without waiting (a value in memory, a file in the page cache), or
   // nullopt when it cannot: then call read(). It never waits on a network
-  // and never for long on a disk. Lets the engine fetch many small chunks
-  // without a coroutine per chunk. Same errors as read. Default: nullopt.
+  // and never for long on a disk (with ReadOptions::caches_only, not at
+  // all). Lets the engine fetch many small chunks without a coroutine per
+  // chunk. Same errors as read. Default: nullopt.
   virtual std::optional<ReadResult> try_read_now(const std::string& key, const ReadOptions& options);
 
   // try_read_now for each of `keys` with its `options`: on return, out[k]

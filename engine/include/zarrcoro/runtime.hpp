@@ -90,6 +90,14 @@ struct RuntimeOptions {
   std::size_t batch_chunks = 64;
   std::size_t batch_bytes = std::size_t{64} << 20;
   std::size_t inline_bytes = std::size_t{256} << 10;   // trivial batches up to this run inline
+  // A read of at most 4 chunks with nothing to compute (unsharded, native-
+  // order `bytes` only, fixed-size elements), of at most inline_bytes of
+  // whole chunks, is answered on the calling thread when the store can do
+  // so without waiting (Store::try_read_now: a value in memory, a file in
+  // the page cache): no hop to the io_context and back. Any chunk it cannot
+  // answer at once sends the whole call the usual way. false: every read
+  // goes through the io_context.
+  bool caller_reads = true;
   std::size_t coalesce_gap = std::size_t{1} << 20;     // shard reads: merge byte ranges closer than this
   std::size_t coalesce_max = std::size_t{16} << 20;    // ...into requests of at most this many bytes
   // The largest decoded chunk (or shard, or shard index) an array may
@@ -116,6 +124,7 @@ struct RuntimeStats {
   std::uint64_t codec_calls = 0;        // chunk encodes/decodes that computed something
   std::uint64_t codec_calls_on_io_thread = 0;  // of those, run on an I/O thread (must stay 0)
   std::uint64_t pool_queue_depth = 0;   // pool jobs submitted but not finished (a gauge)
+  std::uint64_t caller_reads = 0;       // reads answered on the calling thread (caller_reads)
 };
 
 // Lateness of a periodic timer on the io_context: how long a ready handler

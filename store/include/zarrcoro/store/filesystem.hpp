@@ -140,7 +140,10 @@ class FilesystemStore : public Store {
   awaitable<ReadResult> read(std::string key, ReadOptions options) override;
   // With io_uring: opens the file and answers if the range is at most
   // 256 KiB and in the page cache (preadv2 RWF_NOWAIT); else, and on the
-  // blocking fallback pool, nullopt. A whole value whose ReadOptions::into
+  // blocking fallback pool, nullopt. With ReadOptions::caches_only the open
+  // too must not wait: the path must be in the kernel's lookup cache
+  // (openat2 RESOLVE_CACHED, Linux >= 5.12; nullopt where the kernel cannot
+  // promise it). A whole value whose ReadOptions::into
   // or size_hint is above 256 KiB is nullopt at once, with no system call.
   // A whole value read into
   // ReadOptions::into without need_generation costs open, read and close
@@ -198,20 +201,25 @@ class FilesystemStore : public Store {
   // True while file contents move through io_uring; false when using the
   // blocking fallback pool.
   bool uses_io_uring() const { return uring_.load(std::memory_order_relaxed); }
+  // True if this kernel opens through its lookup cache alone (openat2
+  // RESOLVE_CACHED, Linux >= 5.12), as try_read_now does with
+  // ReadOptions::caches_only; without it such a read is always declined.
+  static bool resolves_cached();
   // The absolute, symlink-resolved root directory.
   const std::filesystem::path& root() const { return root_; }
 
  private:
   struct Temp;
   int root_fd(bool create) const;
-  int open_at(const std::string& path, int flags, mode_t mode = 0) const;
-  int open_beneath(const std::string& key, const std::string& path, int flags, mode_t mode = 0) const;
+  int open_at(const std::string& path, int flags, mode_t mode = 0, bool cached = false) const;
+  int open_beneath(const std::string& key, const std::string& path, int flags, mode_t mode = 0,
+                   bool cached = false) const;
   int open_dir(const std::string& key, const std::string& dir, bool create) const;
   void make_dirs(const std::string& key, const std::string& dir) const;
   std::filesystem::path resolve(const std::string& key, const std::string& path) const;
-  int open_for_read(const std::string& key, struct ::stat& st) const;
+  int open_for_read(const std::string& key, struct ::stat& st, bool cached = false) const;
   int open_checked(const std::string& key, const ReadOptions& options, std::uint64_t& size,
-                   ReadResult& result) const;
+                   ReadResult& result, bool cached = false) const;
   Generation generation_at(const std::string& key, int dir_fd, const std::string& name) const;
   static bool openat2_works();
   bool read_cached(const std::string& key, int fd, const ByteExtent& e, MutableByteSpan into, ReadResult& result) const;
@@ -239,6 +247,7 @@ class FilesystemStore : public Store {
   std::chrono::seconds stale_temp_age_;
   bool durable_;
   mutable std::atomic<bool> openat2_;
+  mutable std::atomic<bool> resolve_cached_{true};  // openat2 knows RESOLVE_CACHED (Linux >= 5.12)
   mutable std::atomic<int> root_fd_{-1};
   std::atomic<bool> nowait_writes_{true};  // pwritev2(RWF_NOWAIT) is worth trying
   mutable std::atomic<bool> nowait_reads_{true};  // preadv2(RWF_NOWAIT) is supported
