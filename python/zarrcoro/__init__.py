@@ -58,14 +58,18 @@ class Runtime:
         self._native = _zarrcoro.Runtime(codec_threads, io_threads, max_inflight_bytes, max_inflight_requests)
 
     def close(self):
+        """Refuses new operations from now on (InvalidArgument, field
+        "runtime"); those in flight finish. Idempotent."""
         self._native.close()
 
     @property
     def closed(self):
+        """True after close()."""
         return self._native.closed
 
     @property
     def codec_threads(self):
+        """The codec pool's thread count (InvalidArgument once closed)."""
         return self._native.codec_threads
 
     def stats(self):
@@ -158,18 +162,23 @@ class Array(_Node):
     # -- description
     @property
     def shape(self):
+        """Elements per dimension, as a tuple (as when this handle was opened)."""
         return tuple(self._native.shape)
 
     @property
     def chunks(self):
+        """The chunk grid's shape: with sharding, the shard shape (the unit
+        of a store write, where Dask chunks best align)."""
         return tuple(self._native.chunks)
 
     @property
     def ndim(self):
+        """len(shape)."""
         return len(self.shape)
 
     @property
     def size(self):
+        """The number of elements."""
         return math.prod(self.shape)
 
     @property
@@ -179,6 +188,8 @@ class Array(_Node):
 
     @property
     def fill_value(self):
+        """What missing chunks read as: a scalar of the dtype, a str or bytes
+        (a v2 null fill reads as zeros, and metadata["fill_value"] is None)."""
         raw = self._native.fill_value_bytes
         if self._is_strings():
             return raw.decode() if self._native.dtype_kind == "string" else raw

@@ -57,6 +57,7 @@ class ZarrcoroBackendArray(BackendArray):
         self.dtype = array.dtype
 
     def get_array(self):
+        """The zarrcoro Array."""
         return self._array
 
     def _wrap(self, value):
@@ -64,10 +65,13 @@ class ZarrcoroBackendArray(BackendArray):
         return value if isinstance(value, np.ndarray) else np.asarray(value, dtype=self.dtype)
 
     def __getitem__(self, key):
+        """The NumPy array an ExplicitIndexer selects (a read of the box that
+        bounds it; xarray indexes that for outer and vectorized indexers)."""
         return self._wrap(indexing.explicit_indexing_adapter(key, self.shape, indexing.IndexingSupport.BASIC,
                                                              self._array.__getitem__))
 
     async def async_getitem(self, key):
+        """As __getitem__, awaited through Array.read_async."""
         return self._wrap(await indexing.async_explicit_indexing_adapter(
             key, self.shape, indexing.IndexingSupport.BASIC, self._array.read_async))
 
@@ -124,6 +128,7 @@ class ZarrcoroDataStore(AbstractDataStore):
         self._fill_as_mask = use_zarr_fill_value_as_mask
 
     def open_store_variable(self, name, array):
+        """The lazy Variable of ``array`` (named ``name`` in errors)."""
         dims, attributes = _dimensions_and_attributes(name, array)
         encoding = {"chunks": array.chunks, "preferred_chunks": dict(zip(dims, array.chunks))}
         if array.dtype.kind == "T":
@@ -141,12 +146,15 @@ class ZarrcoroDataStore(AbstractDataStore):
         return Variable(dims, data, attributes, encoding)
 
     def get_variables(self):
+        """{name: Variable} for the arrays directly in the group."""
         return {name: self.open_store_variable(name, array) for name, array in self.group.arrays()}
 
     def get_attrs(self):
+        """The group's attributes (but NCZarr's _nc*)."""
         return {k: v for k, v in self.group.attrs.items() if not k.lower().startswith("_nc")}
 
     def get_dimensions(self):
+        """{dimension: size}; ValueError if arrays disagree on a size."""
         dimensions = {}
         for name, array in self.group.arrays():
             dims, _ = _dimensions_and_attributes(name, array)
@@ -156,7 +164,7 @@ class ZarrcoroDataStore(AbstractDataStore):
         return dimensions
 
     def close(self):
-        pass
+        """Nothing to release: arrays close when the last handle goes."""
 
 
 def _open_group(url, path, storage_options, runtime, consolidated):
@@ -191,11 +199,13 @@ class ZarrcoroBackendEntrypoint(BackendEntrypoint):
     description = "Open Zarr v2/v3 groups with zarrcoro's C++ engine (lazy; asyncio through load_async)"
 
     def guess_can_open(self, filename_or_obj):
+        """False: the engine is used when named, never guessed."""
         return False
 
     def open_dataset(self, filename_or_obj, *, mask_and_scale=True, decode_times=True, concat_characters=True,
                      decode_coords=True, drop_variables=None, use_cftime=None, decode_timedelta=None, group=None,
                      consolidated=None, storage_options=None, use_zarr_fill_value_as_mask=None, runtime=None):
+        """The Dataset of the group (see the class); thread-safe, lazy."""
         path = (group or "").strip("/")
         if isinstance(filename_or_obj, Group):
             zgroup = filename_or_obj._open(path, "group") if path else filename_or_obj
