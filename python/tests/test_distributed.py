@@ -1,6 +1,7 @@
 """Writing one sharded array from a dask.distributed LocalCluster of two
 worker processes: dask chunks share shards, each worker reopens the array
-from its pickle, and no update is lost (the engine's conditional writes).
+from its pickle, and no update is lost (the engine's conditional writes);
+and an xarray Dataset opened with engine zarrcoro computed on the cluster.
 On the filesystem, and on the test radosgw (marker s3: ctest
 python_binding_s3, which needs CTest's rgw fixture; without a running
 radosgw these skip, or fail when CI is set)."""
@@ -99,3 +100,19 @@ def test_two_worker_processes_writing_between_each_others_elements_lose_no_updat
     pids = client.gather(futures)
     assert len(set(pids)) == 2 and os.getpid() not in pids  # two worker processes, not this one
     assert np.array_equal(zarrcoro.open_array(url, storage_options=options)[:], data)
+
+
+def test_an_xarray_dataset_computes_on_the_cluster(client, tmp_path):
+    xr = pytest.importorskip("xarray")
+    from zarrcoro.xarray_backend import ZarrcoroBackendEntrypoint
+
+    data = np.arange(20 * 30, dtype="float64").reshape(20, 30)
+    data[3, 4] = np.nan
+    a = zarrcoro.create_array(tmp_path / "x", path="v", shape=data.shape, chunks=(5, 10), dtype="float64",
+                              fill_value=np.nan, dimension_names=["r", "c"])
+    a[...] = data
+    ds = xr.open_dataset(tmp_path / "x", engine=ZarrcoroBackendEntrypoint, chunks={})
+    assert ds.v.chunks == ((5, 5, 5, 5), (10, 10, 10))
+    total = ds.v.sum().compute()  # the Client is the default scheduler: the workers read the chunks
+    assert float(total) == float(np.nansum(data))
+    assert np.array_equal((ds.v * 2).compute().values, data * 2, equal_nan=True)
