@@ -1,0 +1,376 @@
+"""The engines perf/peers times, behind one small interface.
+
+- zarrcoro's C++ engine (blocking API) and the raw and codec-only limits run
+  in build/perf/zarrcoro_peers, one process for the whole run, which reads
+  JSON commands on stdin and times them itself (see its source's header);
+- zarrcoro's Python binding, TensorStore and zarr-python 3 (its default
+  BatchedCodecPipeline, its FusedCodecPipeline, and zarrs-python's
+  ZarrsCodecPipeline in strict mode, i.e. zarrs) run in this process, each
+  with its defaults except TensorStore's file_io_sync, turned off so that it
+  does not fsync each chunk as no other engine does.
+
+Every engine's `run(workload, target, check)` returns (seconds, data): the
+time of the operation alone (arrays are opened before, and a Python
+engine's result is freed after the clock stops) and, when `check` is set,
+what it read, flat or in shape, for the driver to compare.
+"""
+import concurrent.futures
+import dataclasses
+import json
+import os
+import subprocess
+import time
+
+import numpy as np
+
+from workloads import box_slices
+
+
+class NotAvailable(Exception):
+    """The engine cannot do this workload; the message says why."""
+
+
+class Engine:
+    key = ""      # a short name for directories and the JSON records
+    label = ""    # the table's column
+    role = "peer"  # "zarrcoro", "peer" or "limit"
+    unavailable = None  # why the engine cannot run at all (e.g. it does not import)
+
+    def run(self, w, target=None, check=False):
+        raise NotImplementedError
+
+    def close(self):
+        pass
+
+
+# ---- engines in this process -----------------------------------------------------------------
+
+class PythonEngine(Engine):
+    """What the engines driven from Python share: handles opened once per
+    path, and the operations built from read_all / write_all / read_box."""
+
+    def __init__(self):
+        self._handles = {}
+        self._memory = {}
+        self._pool = concurrent.futures.ThreadPoolExecutor(8)
+
+    # The primitives each engine supplies.
+    def open(self, path, shared):
+        raise NotImplementedError
+
+    def read_all(self, h):
+        raise NotImplementedError
+
+    def write_all(self, h, data):
+        raise NotImplementedError
+
+    def read_box(self, h, slices):
+        raise NotImplementedError
+
+    def create_in_memory(self, shared):
+        raise NotImplementedError
+
+    def context(self):
+        """A context manager around every operation (zarr-python's config)."""
+        return _NoContext()
+
+    def handle(self, path, shared):
+        if path not in self._handles:
+            with self.context():
+                self._handles[path] = self.open(path, shared)
+        return self._handles[path]
+
+    def run(self, w, target=None, check=False):
+        shared = w.array
+        with self.context():
+            if w.op == "read":
+                h = self.handle(shared.path, shared)
+                t0 = time.perf_counter()
+                out = self.read_all(h)
+                return time.perf_counter() - t0, out
+            if w.op == "write":
+                h = self.handle(target, shared)
+                t0 = time.perf_counter()
+                self.write_all(h, shared.data)
+                return time.perf_counter() - t0, None
+            if w.op == "round_trip":
+                src, dst = self.handle(shared.path, shared), self.handle(target, shared)
+                t0 = time.perf_counter()
+                data = self.read_all(src)
+                self.write_all(dst, data)
+                return time.perf_counter() - t0, None
+            if w.op == "regions":
+                h = self.handle(shared.path, shared)
+                return self._regions(h, w.regions, w.threads, check)
+            if w.op == "mem_write":
+                h = self.create_in_memory(shared)
+                t0 = time.perf_counter()
+                self.write_all(h, shared.data)
+                seconds = time.perf_counter() - t0
+                self._memory[shared.name] = h
+                return seconds, None
+            if w.op == "mem_read":
+                if shared.name not in self._memory:  # written first, untimed
+                    self.run(dataclasses.replace(w, op="mem_write"))
+                h = self._memory[shared.name]
+                t0 = time.perf_counter()
+                out = self.read_all(h)
+                return time.perf_counter() - t0, out
+        raise ValueError("unknown op " + w.op)
+
+    def _regions(self, h, regions, threads, keep):
+        boxes = [box_slices(r) for r in regions]
+        out = [None] * len(boxes)
+
+        def worker(first):
+            for i in range(first, len(boxes), threads):
+                part = self.read_box(h, boxes[i])
+                if keep:
+                    out[i] = part
+
+        t0 = time.perf_counter()
+        if threads == 1:
+            worker(0)
+        else:
+            list(self._pool.map(worker, range(threads)))
+        seconds = time.perf_counter() - t0
+        return seconds, np.concatenate([p.ravel() for p in out]) if keep else None
+
+    def close(self):
+        self._pool.shutdown()
+
+
+class _NoContext:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class TensorStoreEngine(PythonEngine):
+    key, label = "tensorstore", "tensorstore"
+
+    def __init__(self):
+        super().__init__()
+        import tensorstore as ts
+        self.ts = ts
+        self.ctx = ts.Context({"file_io_sync": False})
+
+    @staticmethod
+    def driver(shared):
+        return "zarr3" if shared.zarr_format == 3 else "zarr"
+
+    def open(self, path, shared):
+        spec = {"driver": self.driver(shared), "kvstore": {"driver": "file", "path": path}}
+        return self.ts.open(spec, context=self.ctx, open=True).result()
+
+    def read_all(self, h):
+        return h.read().result()
+
+    def write_all(self, h, data):
+        h.write(data).result()
+
+    def read_box(self, h, slices):
+        return h[slices].read().result()
+
+    def create_in_memory(self, shared):
+        meta = dict(shared.metadata_doc)
+        for k in ("node_type", "attributes", "storage_transformers", "zarr_format"):
+            meta.pop(k, None)
+        spec = {"driver": self.driver(shared), "kvstore": {"driver": "memory"}, "metadata": meta}
+        return self.ts.open(spec, context=self.ts.Context(), create=True, delete_existing=True).result()
+
+
+class ZarrPythonEngine(PythonEngine):
+    """zarr-python 3 with a codec pipeline chosen by its config."""
+
+    def __init__(self, key, label, pipeline, extra=None):
+        super().__init__()
+        import zarr
+        self.zarr = zarr
+        self.key, self.label = key, label
+        self.pipeline = pipeline
+        self.config = {"codec_pipeline.path": pipeline, **(extra or {})}
+        self.version = zarr.__version__
+        module, _, cls = pipeline.rpartition(".")
+        try:
+            getattr(__import__(module, fromlist=[cls]), cls)
+        except (ImportError, AttributeError) as e:
+            self.unavailable = "%s is not in zarr-python %s (%s)" % (pipeline, zarr.__version__, e)
+
+    def context(self):
+        return self.zarr.config.set(self.config)
+
+    def _checked(self, a):
+        """The array, if zarr-python really runs the pipeline asked for (it
+        falls back to its own for stores a pipeline does not take)."""
+        got, wanted = type(a.async_array.codec_pipeline).__name__, self.pipeline.rpartition(".")[2]
+        if got != wanted:
+            raise NotAvailable("zarr-python runs its %s for this store, not %s" % (got, wanted))
+        return a
+
+    def open(self, path, shared):
+        from zarr.storage import LocalStore
+        return self._checked(self.zarr.open_array(LocalStore(path), mode="r+"))
+
+    def read_all(self, h):
+        return h[...]
+
+    def write_all(self, h, data):
+        h[...] = data
+
+    def read_box(self, h, slices):
+        return h[slices]
+
+    def create_in_memory(self, shared):
+        from zarr.core.buffer import default_buffer_prototype
+        from zarr.storage import MemoryStore
+        name = "zarr.json" if shared.zarr_format == 3 else ".zarray"
+        doc = default_buffer_prototype().buffer.from_bytes(json.dumps(shared.metadata_doc).encode())
+        return self._checked(self.zarr.open_array(MemoryStore({name: doc}), mode="r+"))
+
+
+class ZarrcoroPythonEngine(PythonEngine):
+    """zarrcoro's Python binding (python/), with its default runtime."""
+    key, label, role = "zarrcoro-python", "zc python", "zarrcoro"
+
+    def __init__(self):
+        super().__init__()
+        try:
+            import zarrcoro
+        except ImportError as e:
+            self.unavailable = "the zarrcoro Python package does not import: %s" % e
+            self.version = None
+            return
+        self.zarrcoro = zarrcoro
+        self.version = os.path.dirname(zarrcoro.__file__)
+
+    def open(self, path, shared):
+        return self.zarrcoro.open_array(path)
+
+    def read_all(self, h):
+        return h[...]
+
+    def write_all(self, h, data):
+        h[...] = data
+
+    def read_box(self, h, slices):
+        return h[slices]
+
+    def create_in_memory(self, shared):
+        # create_array's zstd is level 3, which is libzstd's level 0 (zarr-python's v2 default) too.
+        return self.zarrcoro.create_array("memory://peers-" + shared.name, shape=shared.data.shape,
+                                          dtype=shared.data.dtype, chunks=shared.chunks, shards=shared.shards,
+                                          compressor=None if shared.compressor == "none" else "zstd",
+                                          zarr_format=shared.zarr_format, overwrite=True)
+
+
+# ---- the C++ program: zarrcoro's engine and the limits -------------------------------------------------
+
+class CppProgram:
+    """build/perf/zarrcoro_peers, one process, one command at a time."""
+
+    def __init__(self, exe, scratch):
+        self.scratch = scratch
+        self.proc = subprocess.Popen([exe], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        hello = json.loads(self.proc.stdout.readline())
+        self.hardware_threads = hello["hardware_threads"]
+
+    def call(self, cmd):
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("zarrcoro_peers ended (exit status %s)" % self.proc.poll())
+        answer = json.loads(line)
+        if "na" in answer:
+            raise NotAvailable(answer["na"])
+        if "error" in answer:
+            raise RuntimeError(answer["error"])
+        return answer["seconds"]
+
+    def call_dump(self, cmd, dtype, check):
+        """Runs cmd; with `check`, has it dump what it read and returns that."""
+        if not check:
+            return self.call(cmd), None
+        dump = os.path.join(self.scratch, "dump.bin")
+        seconds = self.call(dict(cmd, dump=dump))
+        data = np.fromfile(dump, dtype=dtype)
+        os.unlink(dump)
+        return seconds, data
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.stdin.write('{"op": "quit"}\n')
+            self.proc.stdin.close()
+            self.proc.wait(timeout=60)
+
+
+class ZarrcoroCppEngine(Engine):
+    """zarrcoro's C++ engine: Array::*_blocking on one Runtime (defaults)."""
+    key, label, role = "zarrcoro", "zarrcoro", "zarrcoro"
+
+    def __init__(self, program):
+        self.p = program
+        self.in_memory = set()
+
+    def run(self, w, target=None, check=False):
+        a = w.array
+        if w.op == "read":
+            seconds, data = self.p.call_dump({"op": "read", "array": a.path}, a.data.dtype, check)
+            return seconds, None if data is None else data.reshape(a.data.shape)
+        if w.op == "write":
+            return self.p.call({"op": "write", "array": target, "source": a.source}), None
+        if w.op == "round_trip":
+            return self.p.call({"op": "round_trip", "src": a.path, "dst": target}), None
+        if w.op == "regions":
+            return self.p.call_dump({"op": "regions", "array": a.path, "regions": w.regions, "threads": w.threads},
+                                    a.data.dtype, check)
+        if w.op == "mem_write":
+            seconds = self.p.call({"op": "mem_write", "name": a.name, "meta": a.metadata_doc, "source": a.source})
+            self.in_memory.add(a.name)
+            return seconds, None
+        if w.op == "mem_read":
+            if a.name not in self.in_memory:  # written first, untimed
+                self.run(dataclasses.replace(w, op="mem_write"))
+            seconds, data = self.p.call_dump({"op": "mem_read", "name": a.name}, a.data.dtype, check)
+            return seconds, None if data is None else data.reshape(a.data.shape)
+        raise ValueError("unknown op " + w.op)
+
+
+class LimitEngine(Engine):
+    """The raw and codec-only limits, on the shared array's stored files:
+    `raw` is the file system alone (open + pread + close to read; open(temp)
+    + write + close + rename to write; memcpy for a memory store), `codec`
+    libzstd alone on the stored chunks, in memory. Each on as many threads
+    as the machine has cores (for one chunk per call, as many as the
+    workload's callers: one chunk's work cannot be split)."""
+    role = "limit"
+
+    def __init__(self, program, kind):
+        self.p = program
+        self.kind = kind
+        self.key = "limit-" + kind
+        self.label = "raw" if kind == "raw" else "codec"
+
+    def run(self, w, target=None, check=False):
+        path = w.array.path
+        cores = self.p.hardware_threads
+        read = {"op": self.kind + "_read", "array": path, "threads": cores}
+        write = ({"op": "raw_write", "array": path, "dst": target, "threads": cores} if self.kind == "raw"
+                 else {"op": "codec_write", "array": path, "threads": cores})
+        memory = {"op": "memcpy", "array": path, "threads": cores}
+        if w.op == "read":
+            cmd = read
+        elif w.op == "write":
+            cmd = write
+        elif w.op == "round_trip":
+            cmd = {"op": "seq", "ops": [read, write]}
+        elif w.op == "regions":
+            cmd = {"op": self.kind + "_regions", "array": path, "regions": w.regions,
+                   "threads": w.limit_threads or cores}
+        elif w.op in ("mem_read", "mem_write"):
+            cmd = memory if self.kind == "raw" else (read if w.op == "mem_read" else write)
+        else:
+            raise ValueError("unknown op " + w.op)
+        return self.p.call(cmd), None

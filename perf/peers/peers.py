@@ -1,0 +1,309 @@
+"""zarrcoro beside the engines a user would pick instead, on the same files.
+
+Measures, in seconds, the time of whole operations (read all, write all,
+round trip, N read calls) by zarrcoro (its C++ engine through the blocking
+API, and its Python binding), TensorStore, zarrs (zarrs-python's codec
+pipeline in zarr-python), zarr-python 3 with its default
+BatchedCodecPipeline and with its FusedCodecPipeline, and the raw and
+codec-only limits (the file system alone; libzstd alone), on the workloads
+of workloads.py. Run it through run.sh, which makes the virtual environment
+and builds the C++ program:
+
+    perf/peers/run.sh [--quick] [--json FILE] [--rounds N] [--only SUBSTR,...] [--size N] [--dir PARENT]
+
+How: the shared arrays are written once (by zarr-python) into a temporary
+directory under --dir (default: the system's); for each workload every engine
+first runs the operation once untimed, and what it read, or wrote (read back
+by zarr-python), is compared with the data; an engine that cannot do the
+workload, or gets other data, is shown so, with the reason. Then the engines
+run in interleaved rounds (each round every engine once, the order rotated
+by one per round) and the table shows the median of the rounds. The page
+cache is warm: every file has been written or read before the rounds, and
+the machine has the memory to keep them all. Before each timed write the
+engine's directory is emptied and the file systems synced (untimed), so that
+no engine pays for another's writeback.
+
+The table's last columns are zarrcoro's time over the fastest peer's (the
+fastest of TensorStore, zarrs, zarr-python and its fused pipeline): the
+target is at most 0.8 (zarrcoro 25 % faster); '*' marks a row that misses it.
+"""
+import argparse
+import dataclasses
+import gc
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+import workloads as wl
+from engines import (CppProgram, LimitEngine, NotAvailable, TensorStoreEngine, ZarrcoroCppEngine,
+                     ZarrcoroPythonEngine, ZarrPythonEngine)
+
+TARGET = 0.8
+LEGEND = ("zarrcoro: the C++ engine, blocking API; zc python: its Python binding; zarrs: zarr-python with\n"
+          "zarrs-python's ZarrsCodecPipeline (strict); zarr: zarr-python's default BatchedCodecPipeline; zarr fused:\n"
+          "its FusedCodecPipeline; raw: the file system alone (memcpy for a memory store); codec: libzstd alone.\n"
+          "n/a: the engine cannot run the workload, for the reason below.")
+
+
+@dataclasses.dataclass
+class Cell:
+    """One (workload, engine): the seconds of each round, or why there are none."""
+    rounds: list = dataclasses.field(default_factory=list)
+    reason: str = None
+
+    @property
+    def seconds(self):
+        return statistics.median(self.rounds) if self.rounds and not self.reason else None
+
+
+def make_engines(program):
+    engines = [ZarrcoroCppEngine(program), ZarrcoroPythonEngine(), TensorStoreEngine(),
+               ZarrPythonEngine("zarrs", "zarrs", "zarrs.ZarrsCodecPipeline", {"codec_pipeline.strict": True}),
+               ZarrPythonEngine("zarr-python", "zarr", "zarr.core.codec_pipeline.BatchedCodecPipeline"),
+               ZarrPythonEngine("zarr-python-fused", "zarr fused", "zarr.core.codec_pipeline.FusedCodecPipeline"),
+               LimitEngine(program, "raw"), LimitEngine(program, "codec")]
+    return engines
+
+
+# ---- checking ---------------------------------------------------------------------------------
+
+def read_back(path):
+    """An engine's written array as zarr-python (default pipeline) reads it."""
+    import zarr
+    from zarr.storage import LocalStore
+    with zarr.config.set({"codec_pipeline.path": "zarr.core.codec_pipeline.BatchedCodecPipeline"}):
+        return zarr.open_array(LocalStore(path), mode="r")[...]
+
+
+def check(engine, w, target):
+    """Runs the workload once, untimed, and compares what it read or wrote
+    with the data. Raises NotAvailable with the reason when it cannot."""
+    _, got = engine.run(w, target, check=True)
+    if engine.role == "limit":
+        return
+    if w.op in ("write", "round_trip"):
+        got = read_back(target)
+    elif w.op == "mem_write":
+        _, got = engine.run(dataclasses.replace(w, op="mem_read"), check=True)
+    expected = w.expected()
+    if got is None or got.size != expected.size or not np.array_equal(np.asarray(got).reshape(expected.shape),
+                                                                       expected):
+        raise NotAvailable("WRONG DATA: what it %s differs from the data" %
+                           ("wrote" if "write" in w.op or w.op == "round_trip" else "read"))
+
+
+def short(e):
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return text if len(text) < 160 else text[:157] + "..."
+
+
+# ---- one workload ------------------------------------------------------------------------------
+
+def run_workload(w, engines, rounds, root, log):
+    cells = {e.key: Cell() for e in engines}
+    active = []
+    for e in engines:
+        cell = cells[e.key]
+        if e.unavailable:
+            cell.reason = e.unavailable
+            continue
+        target = wl.engine_dir(w.array, e.key, root) if w.op in ("write", "round_trip") else None
+        try:
+            if target:
+                wl.clear_chunks(target)
+            check(e, w, target)
+        except NotAvailable as x:
+            cell.reason = short(x)
+        except Exception as x:  # a peer's own error: shown, never hidden
+            cell.reason = "failed: %s: %s" % (type(x).__name__, short(x))
+        else:
+            active.append((e, target))
+    for r in range(rounds):
+        k = r % len(active) if active else 0
+        for e, target in active[k:] + active[:k]:
+            cell = cells[e.key]
+            if cell.reason:
+                continue
+            if target:  # a write starts from an empty directory and a clean page cache
+                wl.clear_chunks(target)
+                os.sync()
+            gc.collect()
+            try:
+                seconds, _ = e.run(w, target)
+            except Exception as x:
+                cell.reason = "failed in round %d: %s: %s" % (r + 1, type(x).__name__, short(x))
+                continue
+            cell.rounds.append(seconds)
+    log("  %-28s %s" % (w.name, "  ".join("%s %s" % (e.label, fmt(cells[e.key].seconds)) for e in engines)))
+    return cells
+
+
+# ---- the report ----------------------------------------------------------------------------------
+
+def fmt(seconds):
+    if seconds is None:
+        return "n/a"
+    if seconds >= 10:
+        return "%.1f" % seconds
+    if seconds >= 1:
+        return "%.2f" % seconds
+    if seconds >= 0.1:
+        return "%.3f" % seconds
+    return "%.4f" % seconds
+
+
+def fastest_peer(engines, cells):
+    times = [(cells[e.key].seconds, e.label) for e in engines if e.role == "peer" and cells[e.key].seconds]
+    return min(times) if times else (None, None)
+
+
+def ratio(engine, engines, cells):
+    s = cells[engine.key].seconds
+    best, _ = fastest_peer(engines, cells)
+    return s / best if s and best else None
+
+
+def table(workloads, engines, results, rounds):
+    zc = [e for e in engines if e.role == "zarrcoro"]
+    header = ["workload"] + [e.label for e in engines] + ["%s/peer" % ("C++" if e.key == "zarrcoro" else "py")
+                                                          for e in zc]
+    rows, notes = [], []
+    for w in workloads:
+        cells = results[w.name]
+        row = [w.name]
+        for e in engines:
+            cell = cells[e.key]
+            if cell.reason:
+                if cell.reason not in notes:
+                    notes.append(cell.reason)
+                row.append("n/a[%d]" % (notes.index(cell.reason) + 1))
+            else:
+                row.append(fmt(cell.seconds))
+        for e in zc:
+            r = ratio(e, engines, cells)
+            row.append("-" if r is None else "%.2f%s" % (r, "*" if r > TARGET else ""))
+        rows.append(row)
+    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
+    lines = ["  ".join(h.ljust(widths[0]) if i == 0 else h.rjust(widths[i]) for i, h in enumerate(header))]
+    lines += ["  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(r)) for r in rows]
+    lines.append("")
+    lines.append("seconds: median of %d interleaved rounds, warm page cache; ratios: zarrcoro / fastest peer "
+                 "(target <= %.1f, * = missed)" % (rounds, TARGET))
+    lines.append(LEGEND)
+    for i, n in enumerate(notes):
+        lines.append("[%d] %s" % (i + 1, n))
+    return "\n".join(lines)
+
+
+def records(workloads, engines, results, args):
+    out = []
+    for w in workloads:
+        cells = results[w.name]
+        best, best_label = fastest_peer(engines, cells)
+        for e in engines:
+            cell = cells[e.key]
+            rec = {"benchmark": "peers", "workload": w.name, "engine": e.key, "role": e.role,
+                   "seconds": cell.seconds, "min_seconds": min(cell.rounds) if cell.seconds else None,
+                   "rounds": cell.rounds,
+                   "available": cell.reason is None, "reason": cell.reason,
+                   "op": w.op, "threads": w.threads, "note": w.note, "quick": args.quick}
+            if e.role == "zarrcoro":
+                r = ratio(e, engines, cells)
+                rec.update(ratio_to_fastest_peer=r, fastest_peer=best_label, fastest_peer_seconds=best,
+                           meets_target=None if r is None else r <= TARGET)
+            out.append(rec)
+    return out
+
+
+def versions(engines):
+    import numcodecs
+    import zarr
+    out = {"numpy": np.__version__, "numcodecs": numcodecs.__version__, "zarr": zarr.__version__}
+    from importlib.metadata import PackageNotFoundError, version
+    for name in ("tensorstore", "zarrs"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "missing"
+    zp = [e for e in engines if e.key == "zarrcoro-python"][0]
+    out["zarrcoro (Python)"] = zp.version or "missing"
+    return out
+
+
+def load_average():
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "n/a"
+
+
+def stolen_seconds():
+    """CPU time the hypervisor took from this machine since boot ("steal" in /proc/stat)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+# ---- main ---------------------------------------------------------------------------------------
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cpp", required=True, help="the built zarrcoro_peers program")
+    ap.add_argument("--quick", action="store_true", help="smaller arrays and fewer rounds (a few minutes)")
+    ap.add_argument("--json", help="write one record per (workload, engine) to FILE")
+    ap.add_argument("--rounds", type=int, help="interleaved rounds (default 9, 7 with --quick)")
+    ap.add_argument("--only", default="", help="comma-separated substrings: only the workloads whose name has one")
+    ap.add_argument("--size", type=int, help="edge of the zarr_benchmarks arrays (default 512, 256 with --quick)")
+    ap.add_argument("--dir", default=None, help="parent of the temporary directory (default: the system's)")
+    args = ap.parse_args()
+    rounds = args.rounds or (7 if args.quick else 9)
+    start = time.monotonic()
+
+    def log(text):
+        print("[%5.0fs] %s" % (time.monotonic() - start, text), flush=True)
+
+    stolen_at_start = stolen_seconds()
+    root = tempfile.mkdtemp(prefix="zarrcoro-peers-", dir=args.dir)
+    program = None
+    engines = []
+    try:
+        program = CppProgram(args.cpp, root)
+        engines = make_engines(program)
+        log("machine: %s, %d hardware threads, load average %s" % (platform.machine(), os.cpu_count(),
+                                                                     load_average()))
+        log("versions: " + ", ".join("%s %s" % kv for kv in versions(engines).items()))
+        work = wl.build(root, args.quick, [s for s in args.only.split(",") if s], args.size, log=log)
+        results = {}
+        for w in work:
+            results[w.name] = run_workload(w, engines, rounds, root, log)
+        log("done, load average %s; the VM's host took %.1f s of CPU time during the run (steal)"
+            % (load_average(), stolen_seconds() - stolen_at_start))
+        print()
+        print(table(work, engines, results, rounds))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(records(work, engines, results, args), f, indent=1)
+                f.write("\n")
+            print("wrote %d records to %s" % (len(work) * len(engines), args.json))
+    finally:
+        for e in engines:
+            e.close()
+        if program:
+            program.close()
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
