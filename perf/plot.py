@@ -14,7 +14,10 @@ Each FILE is the --json output of one benchmark, recognised by its records:
 - disk_io: disk_io.* (ms per whole-array read and write, per layout:
   zarrcoro, the raw file-system limit, zarr-python 2 where it ran);
 - sharded_reads: sharded_reads.* (MiB/s per workload against its codec-only
-  limit, with the ratio; its "mb_s" keys hold MiB/s).
+  limit, with the ratio; its "mb_s" keys hold MiB/s);
+- perf/peers/run.sh: peers.* (each engine's time over the fastest peer's, per
+  workload, log scale, with the 0.8 target; engines that could not run a
+  workload have no mark there).
 
 Needs matplotlib (Debian: python3-matplotlib, which ./setup.sh installs);
 run it with /usr/bin/python3, the interpreter Debian's packages are for.
@@ -58,6 +61,8 @@ def kind_of(records):
         return "disk_io"
     if all("workload" in r and "codec_only_mb_s" in r for r in records):
         return "sharded_reads"
+    if all(r.get("benchmark") == "peers" for r in records):
+        return "peers"
     return None
 
 
@@ -187,12 +192,46 @@ def plot_sharded_reads(records, out, formats):
     return save(fig, out, "sharded_reads", formats)
 
 
-PLOTTERS = {"concurrent_reads": plot_concurrent_reads, "disk_io": plot_disk_io, "sharded_reads": plot_sharded_reads}
+def plot_peers(records, out, formats):
+    workloads = list(dict.fromkeys(r["workload"] for r in records))
+    engines = list(dict.fromkeys(r["engine"] for r in records))
+    role = {r["engine"]: r["role"] for r in records}
+    seconds = {(r["workload"], r["engine"]): r["seconds"] for r in records}
+    best = {}
+    for w in workloads:
+        peers = [seconds[(w, e)] for e in engines if role[e] == "peer" and seconds.get((w, e))]
+        best[w] = min(peers) if peers else None
+    fig, ax = plt.subplots(figsize=(max(6.4, 0.32 * len(workloads) + 2), 4.6))
+    markers = "os^vDP*Xh"
+    for k, e in enumerate(engines):
+        pts = [(i, seconds[(w, e)] / best[w]) for i, w in enumerate(workloads) if seconds.get((w, e)) and best[w]]
+        if not pts:
+            continue
+        style = {"zarrcoro": {"markersize": 7}, "peer": {"markersize": 5},
+                 "limit": {"markersize": 5, "fillstyle": "none"}}[role[e]]
+        ax.plot(*zip(*pts), linestyle="none", marker=markers[k % len(markers)], label=e, **style)
+    ax.axhline(1.0, color="black", linewidth=1)
+    ax.axhline(0.8, color="black", linestyle="--", linewidth=1, label="target: 0.8x the fastest peer")
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: "%g" % v))
+    ax.set_xticks(range(len(workloads)), workloads, rotation=90, fontsize=7)
+    ax.set_ylabel("seconds / fastest peer's seconds")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best", ncol=2)
+    quick = " (--quick)" if records[0].get("quick") else ""
+    ax.set_title("perf/peers%s: time over the fastest peer's\n(median of interleaved rounds; lower is faster)"
+                 % quick, fontsize=9)
+    fig.tight_layout()
+    return save(fig, out, "peers", formats)
+
+
+PLOTTERS = {"concurrent_reads": plot_concurrent_reads, "disk_io": plot_disk_io, "sharded_reads": plot_sharded_reads,
+            "peers": plot_peers}
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("files", nargs="+", help="--json output of concurrent_reads, disk_io or sharded_reads")
+    ap.add_argument("files", nargs="+", help="--json output of concurrent_reads, disk_io, sharded_reads or peers")
     ap.add_argument("--out", default=".", help="directory for the charts (default: the current one)")
     ap.add_argument("--formats", default="png,svg", help="comma-separated matplotlib formats (default png,svg)")
     args = ap.parse_args()
@@ -204,7 +243,7 @@ def main():
             records = json.load(f)
         kind = kind_of(records)
         if kind is None:
-            print("plot.py: %s: not the --json records of concurrent_reads, disk_io or sharded_reads" % path,
+            print("plot.py: %s: not the --json records of concurrent_reads, disk_io, sharded_reads or peers" % path,
                   file=sys.stderr)
             return 2
         for p in PLOTTERS[kind](records, args.out, formats):
