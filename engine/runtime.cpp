@@ -274,6 +274,7 @@ RuntimeStats Runtime::stats() const {
   s.chunks = c.chunks.load();
   s.codec_calls = c.codec_calls.load();
   s.codec_calls_on_io_thread = c.codec_calls_on_io_thread.load();
+  s.codec_calls_off_pool = c.codec_calls_off_pool.load();
   s.pool_queue_depth = c.queue_depth.load();
   s.caller_reads = c.caller_reads.load();
   return s;
@@ -282,7 +283,7 @@ RuntimeStats Runtime::stats() const {
 void Runtime::reset_stats() {
   auto& c = impl_->engine.scheduler.counters();
   for (auto* a : {&c.pool_submissions, &c.fanout_posts, &c.inline_batches, &c.chunks,
-                  &c.codec_calls, &c.codec_calls_on_io_thread, &c.caller_reads})
+                  &c.codec_calls, &c.codec_calls_on_io_thread, &c.codec_calls_off_pool, &c.caller_reads})
     a->store(0);
 }
 

@@ -84,6 +84,8 @@ void Scheduler::count(ChunkTask& task) {
   if (task.computes) {
     counters_.codec_calls.fetch_add(1, std::memory_order_relaxed);
     if (on_io_thread_()) counters_.codec_calls_on_io_thread.fetch_add(1, std::memory_order_relaxed);
+    if (!pool_.get_executor().running_in_this_thread())
+      counters_.codec_calls_off_pool.fetch_add(1, std::memory_order_relaxed);
   }
 }
 

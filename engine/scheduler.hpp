@@ -77,7 +77,8 @@ struct TaskBatch {
 
 struct SchedulerCounters {
   std::atomic<std::uint64_t> pool_submissions{0}, fanout_posts{0}, inline_batches{0}, chunks{0},
-      codec_calls{0}, codec_calls_on_io_thread{0}, queue_depth{0}, caller_reads{0};
+      codec_calls{0}, codec_calls_on_io_thread{0}, codec_calls_off_pool{0}, queue_depth{0},
+      caller_reads{0};
 };
 
 class Scheduler {

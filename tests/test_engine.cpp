@@ -218,6 +218,7 @@ TEST_CASE("codec work never runs on an I/O thread", "[engine][invariant]") {
       const auto s = rt.stats();
       CHECK(s.codec_calls >= (multi ? 4 * 8 : 4));  // the counter sees the work...
       CHECK(s.codec_calls_on_io_thread == 0);        // ...and none of it on an I/O thread
+      CHECK(s.codec_calls_off_pool == 0);            // ...nor on a caller's thread
       CHECK(s.pool_submissions > 0);
     }
   }

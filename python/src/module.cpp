@@ -44,6 +44,8 @@
 #include <zarrcoro/store/memory.hpp>
 #include <zarrcoro/store/open.hpp>
 
+#include "pipeline.hpp"
+
 namespace nb = nanobind;
 using namespace nb::literals;
 using zarrcoro::Array;
@@ -436,10 +438,13 @@ NB_MODULE(_zarrcoro, m) {
         d["chunks"] = s.chunks;
         d["codec_calls"] = s.codec_calls;
         d["codec_calls_on_io_thread"] = s.codec_calls_on_io_thread;
+        d["codec_calls_off_pool"] = s.codec_calls_off_pool;
+        d["caller_reads"] = s.caller_reads;
         return d;
       });
 
   nb::class_<PyOperation>(m, "Operation").def("cancel", &PyOperation::cancel);
+  zarrcoro_python::register_pipeline(m, {[](nb::handle r) -> zarrcoro::Runtime& { return nb::cast<PyRuntime&>(r).engine->runtime(); }, python_exception});
 
   nb::class_<PyArray>(m, "Array")
       .def_static(

@@ -156,7 +156,8 @@ def test_asyncio_reads_complete_through_the_loop_which_runs_no_codec_work(tmp_pa
         assert np.array_equal(row, data[i])
     after = rt.stats()
     assert after["codec_calls"] - before["codec_calls"] >= 64  # every chunk decoded (zstd) ...
-    assert after["codec_calls_on_io_thread"] == 0  # ... off the engine's I/O thread, and the loop's thread ran
+    assert after["codec_calls_off_pool"] == 0  # ... on the codec pool: not on the loop's thread, nor an I/O thread
+    assert after["codec_calls_on_io_thread"] == 0  # and the loop's thread ran
     assert ticks >= 2  # its own callbacks while the reads were in flight (they complete by call_soon_threadsafe)
 
 

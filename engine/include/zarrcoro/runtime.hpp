@@ -123,6 +123,7 @@ struct RuntimeStats {
   std::uint64_t chunks = 0;             // chunk tasks executed (pool or inline)
   std::uint64_t codec_calls = 0;        // chunk encodes/decodes that computed something
   std::uint64_t codec_calls_on_io_thread = 0;  // of those, run on an I/O thread (must stay 0)
+  std::uint64_t codec_calls_off_pool = 0;  // of those, run on no codec pool thread (0 but in Dispatch::inline_io)
   std::uint64_t pool_queue_depth = 0;   // pool jobs submitted but not finished (a gauge)
   std::uint64_t caller_reads = 0;       // reads answered on the calling thread (caller_reads)
 };
