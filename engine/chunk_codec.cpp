@@ -1,0 +1,585 @@
+// Batches of chunks through an array's codec pipeline on the codec pool
+// (chunk_codec.hpp): one post per batch, fanned out over the pool's threads.
+#include <zarrcoro/chunk_codec.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <future>
+#include <limits>
+#include <mutex>
+
+#include <boost/asio/post.hpp>
+#include <nlohmann/json.hpp>
+
+#include <zarrcoro/error.hpp>
+
+#include "codecs/pipeline.hpp"
+#include "core/checked.hpp"
+#include "engine/engine_state.hpp"
+#include "engine/node.hpp"
+
+namespace zarrcoro {
+
+namespace asio = boost::asio;
+
+struct ChunkCodec::Impl {
+  std::shared_ptr<const codecs::CodecPipeline> pipeline;
+  DataType dtype;
+  std::vector<std::uint64_t> shape;
+  FillValue fill;
+  std::uint64_t chunk_bytes = 0;
+  std::vector<std::int64_t> c_strides;  // bytes, of a decoded chunk (C order)
+};
+
+namespace {
+
+std::shared_ptr<ChunkCodec::Impl> prepare(const nlohmann::json& codecs, DataType dtype,
+                                          std::vector<std::uint64_t> shape, FillValue fill, const std::string& key,
+                                          const char* grid_field) {
+  if (dtype.is_variable_length())
+    throw UnsupportedError(key, "data_type",
+                           "variable-length data type '" + std::string(dtype.name()) +
+                               "': chunk batches carry fixed-size elements only");
+  if (fill.empty()) fill.assign(dtype.size(), std::byte{0});
+  if (fill.size() != dtype.size())
+    throw InvalidMetadata(key, "fill_value",
+                          "the fill value has " + std::to_string(fill.size()) + " bytes, the data type " +
+                              std::to_string(dtype.size()));
+  for (std::uint64_t d : shape)
+    if (d == 0) throw InvalidMetadata(key, grid_field, "a chunk dimension of 0");
+  const auto bytes = checked_product(shape, dtype.size());
+  if (!bytes || *bytes > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+    throw InvalidMetadata(key, grid_field, "a chunk of this shape holds more bytes than fit in 64 bits");
+  auto impl = std::make_shared<ChunkCodec::Impl>();
+  codecs::ArraySpec spec{dtype, shape, fill};
+  try {
+    impl->pipeline = codecs::CodecPipeline::from_json(codecs, spec);
+  } catch (const Error& e) {
+    throw_error(e.code(), key, e.field(), e.detail());
+  }
+  impl->dtype = dtype;
+  impl->shape = std::move(shape);
+  impl->fill = std::move(fill);
+  impl->chunk_bytes = *bytes;
+  impl->c_strides.resize(impl->shape.size());
+  std::int64_t stride = static_cast<std::int64_t>(dtype.size());
+  for (std::size_t d = impl->shape.size(); d-- > 0;) {
+    impl->c_strides[d] = stride;
+    stride *= static_cast<std::int64_t>(impl->shape[d]);
+  }
+  return impl;
+}
+
+// ---- strided copies ------------------------------------------------------------
+
+// A strided copy of `count` (per dimension) elements of `es` bytes from
+// `src` to `dst`, each side with its own byte strides (a stride of 0 on the
+// source repeats an element). Dimensions of count 1 are dropped and
+// adjacent ones that are contiguous on both sides are merged first, so a
+// box that is one run on both sides is one memcpy.
+void strided_copy(const std::byte* src, std::vector<std::int64_t> ss, std::byte* dst, std::vector<std::int64_t> ds,
+                  std::vector<std::uint64_t> count, std::size_t es) {
+  for (std::uint64_t c : count)
+    if (c == 0) return;
+  // Drop singleton dimensions.
+  std::size_t r = 0;
+  for (std::size_t d = 0; d < count.size(); ++d) {
+    if (count[d] == 1) continue;
+    count[r] = count[d], ss[r] = ss[d], ds[r] = ds[d];
+    ++r;
+  }
+  count.resize(r), ss.resize(r), ds.resize(r);
+  // Merge dimension d into d + 1 where both sides step over d + 1 exactly.
+  for (std::size_t d = count.size(); d-- > 1;) {
+    const auto n = static_cast<std::int64_t>(count[d]);
+    if (ss[d - 1] == ss[d] * n && ds[d - 1] == ds[d] * n) {
+      count[d] *= count[d - 1];
+      count.erase(count.begin() + static_cast<std::ptrdiff_t>(d - 1));
+      ss.erase(ss.begin() + static_cast<std::ptrdiff_t>(d - 1));
+      ds.erase(ds.begin() + static_cast<std::ptrdiff_t>(d - 1));
+    }
+  }
+  const std::int64_t ies = static_cast<std::int64_t>(es);
+  if (count.empty()) {
+    std::memcpy(dst, src, es);
+    return;
+  }
+  const std::size_t rank = count.size();
+  const std::uint64_t inner = count[rank - 1];
+  const std::int64_t sin = ss[rank - 1], din = ds[rank - 1];
+  auto run = [&](const std::byte* s, std::byte* t) {
+    if (sin == ies && din == ies) {
+      std::memcpy(t, s, inner * es);
+      return;
+    }
+    switch (es) {
+      case 1:
+        for (std::uint64_t i = 0; i < inner; ++i, s += sin, t += din) *t = *s;
+        return;
+      case 2:
+        for (std::uint64_t i = 0; i < inner; ++i, s += sin, t += din) std::memcpy(t, s, 2);
+        return;
+      case 4:
+        for (std::uint64_t i = 0; i < inner; ++i, s += sin, t += din) std::memcpy(t, s, 4);
+        return;
+      case 8:
+        for (std::uint64_t i = 0; i < inner; ++i, s += sin, t += din) std::memcpy(t, s, 8);
+        return;
+      default:
+        for (std::uint64_t i = 0; i < inner; ++i, s += sin, t += din) std::memcpy(t, s, es);
+    }
+  };
+  if (rank == 1) {
+    run(src, dst);
+    return;
+  }
+  // Odometer over the outer dimensions.
+  std::vector<std::uint64_t> idx(rank - 1, 0);
+  const std::byte* s = src;
+  std::byte* t = dst;
+  for (;;) {
+    run(s, t);
+    std::size_t d = rank - 1;
+    for (;;) {
+      if (d == 0) return;
+      --d;
+      if (++idx[d] < count[d]) {
+        s += ss[d];
+        t += ds[d];
+        break;
+      }
+      s -= ss[d] * static_cast<std::int64_t>(count[d] - 1);  // back to the start of dimension d
+      t -= ds[d] * static_cast<std::int64_t>(count[d] - 1);
+      idx[d] = 0;
+    }
+  }
+}
+
+// The C-contiguous strides of a box of `count` elements of `es` bytes.
+std::vector<std::int64_t> contiguous_strides(const std::vector<std::uint64_t>& count, std::size_t es) {
+  std::vector<std::int64_t> s(count.size());
+  std::int64_t stride = static_cast<std::int64_t>(es);
+  for (std::size_t d = count.size(); d-- > 0;) {
+    s[d] = stride;
+    stride *= static_cast<std::int64_t>(count[d]);
+  }
+  return s;
+}
+
+// An item's box made explicit (the whole chunk when empty), its strides on
+// the caller's side, and where the box starts in a decoded chunk.
+struct Box {
+  std::vector<std::uint64_t> count;
+  std::vector<std::int64_t> chunk_strides;  // bytes per box step, in the decoded chunk
+  std::int64_t chunk_offset = 0;            // of box element 0, in the decoded chunk
+  std::vector<std::int64_t> user_strides;
+  bool whole = false;          // the box is the whole chunk in C order
+  bool user_contiguous = false;  // ... and the caller's side is C-contiguous
+  std::uint64_t elements = 0;
+};
+
+Box resolve(const ChunkCodec::Impl& c, const ChunkBox& b, const std::vector<std::int64_t>& strides,
+            const std::string& key) {
+  const std::size_t rank = c.shape.size();
+  const std::size_t es = c.dtype.size();
+  Box out;
+  if (b.start.empty() && b.step.empty() && b.count.empty()) {
+    out.count = c.shape;
+  } else {
+    if (b.start.size() != rank || b.step.size() != rank || b.count.size() != rank)
+      throw InvalidArgument(key, "box",
+                            "start, step and count must have one entry per chunk dimension (" + std::to_string(rank) +
+                                ")");
+    out.count = b.count;
+  }
+  out.chunk_strides.resize(rank);
+  out.whole = true;
+  for (std::size_t d = 0; d < rank; ++d) {
+    const std::uint64_t start = b.start.empty() ? 0 : b.start[d];
+    const std::uint64_t step = b.step.empty() ? 1 : b.step[d];
+    const std::uint64_t n = out.count[d];
+    if (step == 0) throw InvalidArgument(key, "box", "a step of 0 in dimension " + std::to_string(d));
+    if (n > 0 && (start >= c.shape[d] || (n - 1) > (c.shape[d] - 1 - start) / step))
+      throw InvalidArgument(key, "box",
+                            "dimension " + std::to_string(d) + " reaches past the chunk's " + std::to_string(c.shape[d]) +
+                                " elements");
+    out.chunk_strides[d] = c.c_strides[d] * static_cast<std::int64_t>(step);
+    out.chunk_offset += c.c_strides[d] * static_cast<std::int64_t>(start);
+    if (start != 0 || (step != 1 && n > 1) || n != c.shape[d]) out.whole = false;
+  }
+  out.elements = checked_product(out.count).value_or(0);
+  if (strides.empty()) {
+    out.user_strides = contiguous_strides(out.count, es);
+  } else {
+    if (strides.size() != rank)
+      throw InvalidArgument(key, "strides", "one stride per chunk dimension (" + std::to_string(rank) + ") expected");
+    out.user_strides = strides;
+  }
+  out.user_contiguous = out.whole;
+  if (out.whole) {
+    const auto cs = contiguous_strides(out.count, es);
+    for (std::size_t d = 0; d < rank; ++d)
+      if (out.count[d] > 1 && out.user_strides[d] != cs[d]) out.user_contiguous = false;
+  }
+  return out;
+}
+
+// zarr-python's all_equal(fill) of a chunk (core/buffer/core.py
+// _array_all_equal): bitwise, except that a NaN fill matches any NaN, and
+// complex elements compare part by part as numbers (NaN in either part of
+// both counts as equal).
+template <class F>
+bool all_nan(const std::byte* p, std::uint64_t n, std::size_t es) {
+  for (std::uint64_t i = 0; i < n; ++i) {
+    F v;
+    std::memcpy(&v, p + i * es, sizeof v);
+    if (!std::isnan(v)) return false;
+  }
+  return true;
+}
+bool half_is_nan(std::uint16_t h) { return (h & 0x7c00u) == 0x7c00u && (h & 0x03ffu) != 0; }
+
+template <class F>
+bool complex_all_equal(const std::byte* p, std::uint64_t n, const std::byte* fill) {
+  F fr, fi;
+  std::memcpy(&fr, fill, sizeof fr);
+  std::memcpy(&fi, fill + sizeof fr, sizeof fi);
+  const bool fill_nan = std::isnan(fr) || std::isnan(fi);
+  for (std::uint64_t i = 0; i < n; ++i) {
+    F r, im;
+    std::memcpy(&r, p + i * 2 * sizeof(F), sizeof r);
+    std::memcpy(&im, p + i * 2 * sizeof(F) + sizeof r, sizeof im);
+    const bool nan = std::isnan(r) || std::isnan(im);
+    if (fill_nan ? !nan : (nan || r != fr || im != fi)) return false;
+  }
+  return true;
+}
+
+bool all_fill(const ChunkCodec::Impl& c, const std::byte* p) {
+  const std::size_t es = c.dtype.size();
+  const std::uint64_t n = c.chunk_bytes / es;
+  const std::byte* f = c.fill.data();
+  switch (c.dtype.kind()) {
+    case DataTypeKind::float16: {
+      std::uint16_t h;
+      std::memcpy(&h, f, 2);
+      if (half_is_nan(h)) {
+        for (std::uint64_t i = 0; i < n; ++i) {
+          std::memcpy(&h, p + i * 2, 2);
+          if (!half_is_nan(h)) return false;
+        }
+        return true;
+      }
+      break;
+    }
+    case DataTypeKind::float32: {
+      float v;
+      std::memcpy(&v, f, 4);
+      if (std::isnan(v)) return all_nan<float>(p, n, es);
+      break;
+    }
+    case DataTypeKind::float64: {
+      double v;
+      std::memcpy(&v, f, 8);
+      if (std::isnan(v)) return all_nan<double>(p, n, es);
+      break;
+    }
+    case DataTypeKind::complex64:
+      return complex_all_equal<float>(p, n, f);
+    case DataTypeKind::complex128:
+      return complex_all_equal<double>(p, n, f);
+    default:
+      break;
+  }
+  // Bitwise: compare the first element, then the chunk with itself shifted
+  // by one element (every element equals its predecessor).
+  if (std::memcmp(p, f, es) != 0) return false;
+  return std::memcmp(p, p + es, c.chunk_bytes - es) == 0;
+}
+
+// Per-thread scratch for a decoded chunk.
+std::byte* scratch(std::uint64_t bytes) {
+  thread_local Bytes buf;
+  if (buf.size() < bytes) buf.resize(bytes);
+  return buf.data();
+}
+
+// Rethrows a chunk's error with its key.
+[[noreturn]] void rethrow_keyed(const std::string& key) {
+  try {
+    throw;
+  } catch (const Error& e) {
+    if (!e.key().empty() || key.empty()) throw;
+    throw_error(e.code(), key, e.field(), e.detail());
+  }
+}
+
+// ---- the items -----------------------------------------------------------------
+
+void decode_one(const ChunkCodec::Impl& c, const ChunkDecode& item, const Box& box) {
+  const std::size_t es = c.dtype.size();
+  if (box.elements == 0) return;
+  if (!item.encoded) {  // missing: the fill value, broadcast
+    strided_copy(c.fill.data(), std::vector<std::int64_t>(box.count.size(), 0), item.out, box.user_strides, box.count,
+                 es);
+    return;
+  }
+  const ByteSpan encoded = *item.encoded;
+  if (box.user_contiguous) {
+    c.pipeline->decode(encoded, MutableByteSpan(item.out, c.chunk_bytes));
+    return;
+  }
+  const std::byte* chunk;
+  if (c.pipeline->is_trivial() && encoded.size() == c.chunk_bytes) {
+    chunk = encoded.data();  // a plain copy: the stored bytes are the decoded chunk
+  } else {
+    std::byte* s = scratch(c.chunk_bytes);
+    c.pipeline->decode(encoded, MutableByteSpan(s, c.chunk_bytes));
+    chunk = s;
+  }
+  strided_copy(chunk + box.chunk_offset, box.chunk_strides, item.out, box.user_strides, box.count, es);
+}
+
+void encode_one(const ChunkCodec::Impl& c, ChunkEncode& item, const Box& box) {
+  const std::size_t es = c.dtype.size();
+  const std::byte* chunk;
+  if (box.user_contiguous) {
+    chunk = item.value;  // the new values are the whole chunk, in order
+  } else {
+    std::byte* s = scratch(c.chunk_bytes);
+    if (!box.whole && item.existing) {
+      c.pipeline->decode(*item.existing, MutableByteSpan(s, c.chunk_bytes));
+    } else if (!box.whole) {
+      strided_copy(c.fill.data(), std::vector<std::int64_t>(c.shape.size(), 0), s, c.c_strides, c.shape, es);
+    }
+    strided_copy(item.value, box.user_strides, s + box.chunk_offset, box.chunk_strides, box.count, es);
+    chunk = s;
+  }
+  if (item.drop_if_fill && all_fill(c, chunk)) {
+    item.encoded.reset();
+    return;
+  }
+  Bytes out;
+  c.pipeline->encode(ByteSpan(chunk, c.chunk_bytes), out);
+  item.encoded = std::move(out);
+}
+
+// ---- one batch on the pool -------------------------------------------------------
+
+// The batch's state, shared by the threads it fans out over: each takes the
+// next item until none is left; the one that ends the last item completes.
+struct Job {
+  Runtime* rt = nullptr;
+  detail::SchedulerCounters* counters = nullptr;
+  std::size_t n = 0;
+  std::function<void(std::size_t)> run;
+  std::optional<detail::AnyCompletion<void>> handler;  // emplaced once (see chunk_op.hpp)
+  std::atomic<std::size_t> next{0}, finished{0};
+  std::atomic<bool> failed{false};
+  std::mutex mu;
+  std::size_t error_index = SIZE_MAX;
+  std::exception_ptr error;
+
+  void fail(std::size_t i, std::exception_ptr e) {
+    std::lock_guard lock(mu);
+    if (i < error_index) error_index = i, error = std::move(e);
+    failed.store(true, std::memory_order_relaxed);
+  }
+  void complete() {
+    counters->queue_depth.fetch_sub(1, std::memory_order_relaxed);
+    std::exception_ptr e;
+    {
+      std::lock_guard lock(mu);
+      e = error;
+    }
+    std::move (*handler)(e);
+  }
+};
+
+void work(const std::shared_ptr<Job>& job) {
+  for (;;) {
+    const std::size_t i = job->next.fetch_add(1, std::memory_order_relaxed);
+    if (i >= job->n) return;
+    if (!job->failed.load(std::memory_order_relaxed)) {
+      try {
+        job->run(i);
+      } catch (...) {
+        job->fail(i, std::current_exception());
+      }
+    }
+    if (job->finished.fetch_add(1, std::memory_order_acq_rel) + 1 == job->n) job->complete();
+  }
+}
+
+// Decoded bytes a helper thread should have to itself before a batch fans
+// out to it: below this, waking a thread costs more than it saves.
+constexpr std::uint64_t kFanoutBytes = std::uint64_t{128} << 10;
+
+void submit(Runtime& rt, std::shared_ptr<Job> job, std::uint64_t batch_bytes) {
+  auto& counters = rt.engine().scheduler.counters();
+  job->counters = &counters;
+  if (job->n == 0) {  // nothing to run: complete through the pool all the same
+    asio::post(rt.codec_executor(), [job] { std::move (*job->handler)(std::exception_ptr()); });
+    return;
+  }
+  const std::uint64_t threads = std::max(1u, rt.codec_threads());
+  const std::size_t helpers =
+      static_cast<std::size_t>(std::min({threads - 1, std::uint64_t{job->n - 1}, batch_bytes / kFanoutBytes}));
+  counters.pool_submissions.fetch_add(1, std::memory_order_relaxed);
+  counters.queue_depth.fetch_add(1, std::memory_order_relaxed);
+  auto ex = rt.codec_executor();
+  asio::post(ex, [job, helpers, ex] {
+    for (std::size_t k = 0; k < helpers; ++k) {
+      job->counters->fanout_posts.fetch_add(1, std::memory_order_relaxed);
+      asio::post(ex, [job] { work(job); });
+    }
+    work(job);
+  });
+}
+
+// Counts an item as the scheduler counts a chunk task.
+void count(Runtime& rt, bool computes) {
+  auto& counters = rt.engine().scheduler.counters();
+  counters.chunks.fetch_add(1, std::memory_order_relaxed);
+  if (computes) {
+    counters.codec_calls.fetch_add(1, std::memory_order_relaxed);
+    if (rt.on_io_thread()) counters.codec_calls_on_io_thread.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void check_size(Runtime& rt, const ChunkCodec::Impl& c, const std::string& key) {
+  if (c.chunk_bytes > rt.options().max_chunk_bytes)
+    throw UnsupportedError(key, "chunk_grid",
+                           "a chunk of " + std::to_string(c.chunk_bytes) + " bytes is larger than the limit of " +
+                               std::to_string(rt.options().max_chunk_bytes) + " (RuntimeOptions::max_chunk_bytes)");
+}
+
+// Fails `handler` through the pool (never inside the initiating call).
+void fail_through_pool(Runtime& rt, detail::AnyCompletion<void> handler, std::exception_ptr e) {
+  auto job = std::make_shared<Job>();
+  job->handler.emplace(std::move(handler));
+  asio::post(rt.codec_executor(), [job, e] { std::move (*job->handler)(e); });
+}
+
+template <class F>
+void wait_for(F start) {
+  std::promise<void> done;
+  auto finished = done.get_future();
+  start([&done](std::exception_ptr e) {
+    if (e) done.set_exception(e);
+    else done.set_value();
+  });
+  finished.get();
+}
+
+}  // namespace
+
+// ---- ChunkCodec ------------------------------------------------------------------
+
+ChunkCodec ChunkCodec::from_metadata(const ArrayMetadata& metadata, const std::string& key) {
+  metadata.validate(key);
+  const char* grid_field = metadata.zarr_format == 2 ? "chunks" : "chunk_grid.configuration.chunk_shape";
+  return ChunkCodec(prepare(detail::pipeline_codecs(metadata), metadata.data_type, metadata.chunk_shape,
+                            metadata.fill_value, key, grid_field));
+}
+
+ChunkCodec ChunkCodec::from_codecs(const nlohmann::json& codecs, DataType dtype, std::vector<std::uint64_t> chunk_shape,
+                                   FillValue fill, const std::string& key) {
+  return ChunkCodec(prepare(codecs, dtype, std::move(chunk_shape), std::move(fill), key, "chunk_shape"));
+}
+
+const std::vector<std::uint64_t>& ChunkCodec::chunk_shape() const { return impl_->shape; }
+DataType ChunkCodec::dtype() const { return impl_->dtype; }
+std::uint64_t ChunkCodec::chunk_bytes() const { return impl_->chunk_bytes; }
+const FillValue& ChunkCodec::fill() const { return impl_->fill; }
+std::int64_t ChunkCodec::encoded_size() const { return impl_->pipeline->encoded_size(); }
+bool ChunkCodec::is_trivial() const { return impl_->pipeline->is_trivial(); }
+nlohmann::json ChunkCodec::codecs() const { return impl_->pipeline->to_json(); }
+std::string ChunkCodec::describe() const { return impl_->pipeline->describe(); }
+
+void ChunkCodec::decode_blocking(Runtime& rt, std::span<ChunkDecode> items) const {
+  if (rt.on_codec_thread())
+    throw InvalidArgument("", "runtime", "decode_blocking on a codec thread of the runtime would deadlock");
+  wait_for([&](auto done) { async_decode(rt, items, std::move(done)); });
+}
+
+void ChunkCodec::encode_blocking(Runtime& rt, std::span<ChunkEncode> items) const {
+  if (rt.on_codec_thread())
+    throw InvalidArgument("", "runtime", "encode_blocking on a codec thread of the runtime would deadlock");
+  wait_for([&](auto done) { async_encode(rt, items, std::move(done)); });
+}
+
+namespace detail {
+
+void start_decode(Runtime& rt, const ChunkCodec& codec, std::span<ChunkDecode> items, AnyCompletion<void> handler) {
+  const ChunkCodec::Impl& c = codec.impl();
+  auto boxes = std::make_shared<std::vector<Box>>();
+  std::uint64_t bytes = 0;
+  try {
+    boxes->reserve(items.size());
+    for (const ChunkDecode& item : items) {
+      check_size(rt, c, item.key);
+      boxes->push_back(resolve(c, item.box, item.out_strides, item.key));
+      if (boxes->back().elements > 0 && !item.out)
+        throw InvalidArgument(item.key, "out", "no destination for a box of elements");
+      bytes += c.chunk_bytes;
+    }
+  } catch (...) {
+    fail_through_pool(rt, std::move(handler), std::current_exception());
+    return;
+  }
+  auto job = std::make_shared<Job>();
+  job->rt = &rt;
+  job->n = items.size();
+  job->handler.emplace(std::move(handler));
+  job->run = [&rt, codec, items, boxes](std::size_t i) {
+    const ChunkDecode& item = items[i];
+    count(rt, item.encoded && !codec.impl().pipeline->is_trivial());
+    try {
+      decode_one(codec.impl(), item, (*boxes)[i]);
+    } catch (...) {
+      rethrow_keyed(item.key);
+    }
+  };
+  submit(rt, std::move(job), bytes);
+}
+
+void start_encode(Runtime& rt, const ChunkCodec& codec, std::span<ChunkEncode> items, AnyCompletion<void> handler) {
+  const ChunkCodec::Impl& c = codec.impl();
+  auto boxes = std::make_shared<std::vector<Box>>();
+  std::uint64_t bytes = 0;
+  try {
+    boxes->reserve(items.size());
+    for (const ChunkEncode& item : items) {
+      check_size(rt, c, item.key);
+      boxes->push_back(resolve(c, item.box, item.value_strides, item.key));
+      if (boxes->back().elements > 0 && !item.value)
+        throw InvalidArgument(item.key, "value", "no source for a box of elements");
+      bytes += c.chunk_bytes;
+    }
+  } catch (...) {
+    fail_through_pool(rt, std::move(handler), std::current_exception());
+    return;
+  }
+  auto job = std::make_shared<Job>();
+  job->rt = &rt;
+  job->n = items.size();
+  job->handler.emplace(std::move(handler));
+  job->run = [&rt, codec, items, boxes](std::size_t i) {
+    ChunkEncode& item = items[i];
+    count(rt, !codec.impl().pipeline->is_trivial());
+    try {
+      encode_one(codec.impl(), item, (*boxes)[i]);
+    } catch (...) {
+      rethrow_keyed(item.key);
+    }
+  };
+  submit(rt, std::move(job), bytes);
+}
+
+}  // namespace detail
+
+}  // namespace zarrcoro

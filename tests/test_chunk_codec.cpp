@@ -1,0 +1,414 @@
+// ChunkCodec (chunk_codec.hpp): batches of chunks decoded and encoded with an
+// array's codec pipeline on the codec pool, one submission per batch.
+#include <cmath>
+#include <cstring>
+#include <future>
+#include <limits>
+#include <numeric>
+#include <thread>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/use_future.hpp>
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <zarrcoro/array.hpp>
+#include <zarrcoro/chunk_codec.hpp>
+#include <zarrcoro/error.hpp>
+#include <zarrcoro/runtime.hpp>
+#include <zarrcoro/store/memory.hpp>
+
+using namespace zarrcoro;
+using nlohmann::json;
+namespace asio = boost::asio;
+
+namespace {
+
+ArrayMetadata make_meta(std::vector<std::uint64_t> shape, std::vector<std::uint64_t> chunks, DataType dtype,
+                        const char* codecs) {
+  ArrayMetadata m;
+  m.shape = std::move(shape);
+  m.chunk_shape = std::move(chunks);
+  m.data_type = dtype;
+  m.codecs = json::parse(codecs);
+  return m;
+}
+
+const char* kZstd = R"([{"name":"bytes","configuration":{"endian":"little"}},{"name":"zstd","configuration":{"level":3}}])";
+const char* kChains[] = {
+    kZstd,
+    R"([{"name":"bytes","configuration":{"endian":"little"}}])",
+    R"([{"name":"transpose","configuration":{"order":[1,0]}},{"name":"bytes","configuration":{"endian":"big"}},{"name":"crc32c"}])",
+    R"([{"name":"bytes","configuration":{"endian":"little"}},{"name":"gzip","configuration":{"level":1}}])",
+};
+
+std::optional<Bytes> stored(Store& store, const std::string& key) {
+  return store.async_get(key, ByteRange{}, asio::use_future).get();
+}
+
+// The key of chunk (i, j) of a v3 array at the store's root.
+std::string key_of(std::uint64_t i, std::uint64_t j) { return "c/" + std::to_string(i) + "/" + std::to_string(j); }
+
+std::vector<std::int32_t> iota_vec(std::size_t n, std::int32_t start = 1) {
+  std::vector<std::int32_t> v(n);
+  std::iota(v.begin(), v.end(), start);
+  return v;
+}
+
+// The items that decode every chunk of a 2-d int32 array of `shape` (chunks
+// `cs`) into `out` (C order, shape), edge chunks by their part inside it.
+std::vector<ChunkDecode> whole_array_items(const std::vector<std::uint64_t>& shape, const std::vector<std::uint64_t>& cs,
+                                           std::vector<std::int32_t>& out, std::vector<std::optional<Bytes>>& chunks,
+                                           Store& store) {
+  std::vector<ChunkDecode> items;
+  const std::int64_t es = sizeof(std::int32_t);
+  for (std::uint64_t i = 0; i * cs[0] < shape[0]; ++i)
+    for (std::uint64_t j = 0; j * cs[1] < shape[1]; ++j) {
+      ChunkDecode d;
+      d.key = key_of(i, j);
+      chunks.push_back(stored(store, d.key));
+      const std::uint64_t r0 = i * cs[0], c0 = j * cs[1];
+      d.box = ChunkBox{{0, 0}, {1, 1}, {std::min(cs[0], shape[0] - r0), std::min(cs[1], shape[1] - c0)}};
+      d.out = reinterpret_cast<std::byte*>(out.data() + r0 * shape[1] + c0);
+      d.out_strides = {static_cast<std::int64_t>(shape[1]) * es, es};
+      items.push_back(std::move(d));
+    }
+  for (std::size_t k = 0; k < items.size(); ++k)
+    if (chunks[k]) items[k].encoded = ByteSpan(*chunks[k]);
+  return items;
+}
+
+}  // namespace
+
+TEST_CASE("a batch decoded into place equals what Array reads, in one pool submission", "[chunk_codec]") {
+  for (const char* chain : kChains) {
+    INFO(chain);
+    Runtime rt(RuntimeOptions{.codec_threads = 2});
+    auto store = std::make_shared<MemoryStore>();
+    const std::vector<std::uint64_t> shape{10, 12}, cs{4, 5};
+    auto meta = make_meta(shape, cs, DataTypeKind::int32, chain);
+    meta.fill_value = Bytes(4, std::byte{0x7f});
+    Array a = Array::create_blocking(rt, store, "", meta);
+    auto data = iota_vec(10 * 12);
+    a.write_blocking(Region{{0, 0}, {10, 8}}, std::as_bytes(std::span(data).first(80)));  // chunks of column 2 stay missing
+    std::vector<std::int32_t> expected(120);
+    a.read_blocking(Region{{0, 0}, {10, 12}}, std::as_writable_bytes(std::span(expected)));
+
+    const ChunkCodec codec = ChunkCodec::from_metadata(a.metadata(), "zarr.json");
+    CHECK(codec.chunk_shape() == cs);
+    CHECK(codec.chunk_bytes() == 4 * 5 * 4);
+    std::vector<std::int32_t> out(120, 0);
+    std::vector<std::optional<Bytes>> chunks;
+    auto items = whole_array_items(shape, cs, out, chunks, *store);
+    REQUIRE(items.size() == 9);
+    CHECK(!items[2].encoded);  // chunk (0, 2): missing, the fill value
+    rt.reset_stats();
+    codec.decode_blocking(rt, items);
+    CHECK(std::memcmp(out.data(), expected.data(), out.size() * 4) == 0);
+    const RuntimeStats s = rt.stats();
+    CHECK(s.pool_submissions == 1);
+    CHECK(s.chunks == 9);
+    CHECK(s.codec_calls_on_io_thread == 0);
+  }
+}
+
+TEST_CASE("boxes with steps, negative and Fortran strides, dropped dimensions", "[chunk_codec]") {
+  Runtime rt(RuntimeOptions{.codec_threads = 2});
+  const ChunkCodec codec = ChunkCodec::from_codecs(json::parse(kZstd), DataTypeKind::int32, {4, 6});
+  auto chunk = iota_vec(24, 0);  // chunk[r][c] = 6 r + c
+  std::vector<ChunkEncode> enc(1);
+  enc[0].value = reinterpret_cast<const std::byte*>(chunk.data());
+  codec.encode_blocking(rt, enc);
+  REQUIRE(enc[0].encoded);
+  const ByteSpan encoded(*enc[0].encoded);
+
+  SECTION("steps: rows 1 and 3, columns 0, 2, 4") {
+    std::vector<std::int32_t> out(6, -1);
+    std::vector<ChunkDecode> d(1);
+    d[0].encoded = encoded;
+    d[0].box = ChunkBox{{1, 0}, {2, 2}, {2, 3}};
+    d[0].out = reinterpret_cast<std::byte*>(out.data());
+    codec.decode_blocking(rt, d);
+    CHECK(out == std::vector<std::int32_t>{6, 8, 10, 18, 20, 22});
+  }
+  SECTION("negative strides: the box reversed along both axes") {
+    std::vector<std::int32_t> out(24, -1);
+    std::vector<ChunkDecode> d(1);
+    d[0].encoded = encoded;
+    d[0].out = reinterpret_cast<std::byte*>(out.data() + 23);
+    d[0].out_strides = {-24, -4};
+    codec.decode_blocking(rt, d);
+    for (int k = 0; k < 24; ++k) CHECK(out[static_cast<std::size_t>(k)] == 23 - k);
+  }
+  SECTION("a Fortran-order destination") {
+    std::vector<std::int32_t> out(24, -1);
+    std::vector<ChunkDecode> d(1);
+    d[0].encoded = encoded;
+    d[0].out = reinterpret_cast<std::byte*>(out.data());
+    d[0].out_strides = {4, 16};
+    codec.decode_blocking(rt, d);
+    for (int r = 0; r < 4; ++r)
+      for (int c = 0; c < 6; ++c) CHECK(out[static_cast<std::size_t>(c * 4 + r)] == 6 * r + c);
+  }
+  SECTION("an integer index: one row, its dimension dropped on the caller's side (stride 0)") {
+    std::vector<std::int32_t> out(6, -1);
+    std::vector<ChunkDecode> d(1);
+    d[0].encoded = encoded;
+    d[0].box = ChunkBox{{2, 0}, {1, 1}, {1, 6}};
+    d[0].out = reinterpret_cast<std::byte*>(out.data());
+    d[0].out_strides = {0, 4};
+    codec.decode_blocking(rt, d);
+    CHECK(out == std::vector<std::int32_t>{12, 13, 14, 15, 16, 17});
+  }
+}
+
+TEST_CASE("encode then decode round trips; encoded bytes are what Array stores", "[chunk_codec]") {
+  for (const char* chain : kChains) {
+    INFO(chain);
+    Runtime rt(RuntimeOptions{.codec_threads = 2});
+    auto store = std::make_shared<MemoryStore>();
+    auto meta = make_meta({8, 10}, {4, 5}, DataTypeKind::int32, chain);
+    Array a = Array::create_blocking(rt, store, "", meta);
+    auto data = iota_vec(80);
+    a.write_blocking(Region{{0, 0}, {8, 10}}, std::as_bytes(std::span(data)));
+    const ChunkCodec codec = ChunkCodec::from_metadata(a.metadata());
+
+    // Encode the four chunks from the C-order source through strided views.
+    std::vector<ChunkEncode> items;
+    for (std::uint64_t i = 0; i < 2; ++i)
+      for (std::uint64_t j = 0; j < 2; ++j) {
+        ChunkEncode e;
+        e.key = key_of(i, j);
+        e.value = reinterpret_cast<const std::byte*>(data.data() + i * 4 * 10 + j * 5);
+        e.value_strides = {40, 4};
+        items.push_back(std::move(e));
+      }
+    rt.reset_stats();
+    codec.encode_blocking(rt, items);
+    CHECK(rt.stats().pool_submissions == 1);
+    for (auto& e : items) {
+      INFO(e.key);
+      REQUIRE(e.encoded);
+      auto s = stored(*store, e.key);
+      REQUIRE(s);
+      CHECK(*e.encoded == *s);
+    }
+    // ... and they decode back to the data.
+    std::vector<std::int32_t> back(80, 0);
+    std::vector<ChunkDecode> dec;
+    for (std::size_t k = 0; k < items.size(); ++k) {
+      ChunkDecode d;
+      d.key = items[k].key;
+      d.encoded = ByteSpan(*items[k].encoded);
+      d.out = reinterpret_cast<std::byte*>(back.data() + (k / 2) * 40 + (k % 2) * 5);
+      d.out_strides = {40, 4};
+      dec.push_back(std::move(d));
+    }
+    codec.decode_blocking(rt, dec);
+    CHECK(back == data);
+  }
+}
+
+TEST_CASE("a partial encode merges into the stored chunk or the fill value", "[chunk_codec]") {
+  Runtime rt(RuntimeOptions{.codec_threads = 1});
+  std::int32_t fill = -7;
+  Bytes fill_bytes(4);
+  std::memcpy(fill_bytes.data(), &fill, 4);
+  const ChunkCodec codec = ChunkCodec::from_codecs(json::parse(kZstd), DataTypeKind::int32, {3, 3}, fill_bytes);
+  auto base = iota_vec(9, 0);
+  std::vector<ChunkEncode> first(1);
+  first[0].value = reinterpret_cast<const std::byte*>(base.data());
+  codec.encode_blocking(rt, first);
+
+  const std::int32_t v = 100;
+  std::vector<ChunkEncode> items(2);
+  items[0].existing = ByteSpan(*first[0].encoded);  // merged into the stored chunk
+  items[1].existing = std::nullopt;                  // merged into the fill value
+  for (auto& e : items) {
+    e.box = ChunkBox{{0, 1}, {1, 1}, {3, 1}};  // column 1
+    e.value = reinterpret_cast<const std::byte*>(&v);
+    e.value_strides = {0, 0};  // one value, broadcast
+  }
+  codec.encode_blocking(rt, items);
+  std::vector<std::int32_t> a(9), b(9);
+  std::vector<ChunkDecode> d(2);
+  d[0].encoded = ByteSpan(*items[0].encoded);
+  d[0].out = reinterpret_cast<std::byte*>(a.data());
+  d[1].encoded = ByteSpan(*items[1].encoded);
+  d[1].out = reinterpret_cast<std::byte*>(b.data());
+  codec.decode_blocking(rt, d);
+  CHECK(a == std::vector<std::int32_t>{0, 100, 2, 3, 100, 5, 6, 100, 8});
+  CHECK(b == std::vector<std::int32_t>{-7, 100, -7, -7, 100, -7, -7, 100, -7});
+}
+
+TEST_CASE("drop_if_fill compares as zarr-python does", "[chunk_codec]") {
+  Runtime rt(RuntimeOptions{.codec_threads = 1});
+  auto encode_one = [&](DataType dtype, Bytes fill, Bytes chunk) {
+    const ChunkCodec codec =
+        ChunkCodec::from_codecs(json::parse(R"([{"name":"bytes","configuration":{"endian":"little"}}])"), dtype,
+                                {chunk.size() / dtype.size()}, std::move(fill));
+    std::vector<ChunkEncode> e(1);
+    e[0].value = chunk.data();
+    e[0].drop_if_fill = true;
+    codec.encode_blocking(rt, e);
+    return e[0].encoded.has_value();
+  };
+  auto f64 = [](std::initializer_list<double> v) {
+    Bytes b(v.size() * 8);
+    std::memcpy(b.data(), std::data(v), b.size());
+    return b;
+  };
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  double other_nan;
+  const std::uint64_t payload = 0x7ff8000000000123ull;
+  std::memcpy(&other_nan, &payload, 8);
+  CHECK_FALSE(encode_one(DataTypeKind::float64, f64({0.0}), f64({0.0, 0.0})));        // all fill: dropped
+  CHECK(encode_one(DataTypeKind::float64, f64({0.0}), f64({0.0, -0.0})));             // -0.0 is not a zero fill
+  CHECK(encode_one(DataTypeKind::float64, f64({1.0}), f64({1.0, 2.0})));
+  CHECK_FALSE(encode_one(DataTypeKind::float64, f64({nan}), f64({nan, other_nan})));  // any NaN matches a NaN fill
+  CHECK(encode_one(DataTypeKind::float64, f64({nan}), f64({nan, 1.0})));
+  CHECK_FALSE(encode_one(DataTypeKind::complex128, f64({0.0, 0.0}), f64({-0.0, 0.0})));  // complex: as numbers
+  CHECK_FALSE(encode_one(DataTypeKind::complex128, f64({nan, 0.0}), f64({1.0, nan})));
+  CHECK_FALSE(encode_one(DataTypeKind::int16, Bytes(2, std::byte{3}), Bytes(8, std::byte{3})));
+  CHECK(encode_one(DataTypeKind::int16, Bytes(2, std::byte{3}), Bytes{std::byte{3}, std::byte{3}, std::byte{3}, std::byte{4}}));
+}
+
+TEST_CASE("v2 metadata: big-endian and Fortran-order chunks decode as Array reads them", "[chunk_codec]") {
+  Runtime rt(RuntimeOptions{.codec_threads = 2});
+  auto store = std::make_shared<MemoryStore>();
+  const json zarray = json::parse(R"({"zarr_format": 2, "shape": [6, 7], "chunks": [4, 4], "dtype": ">i4",
+      "compressor": {"id": "zlib", "level": 1}, "fill_value": 5, "order": "F", "filters": null})");
+  auto meta = ArrayMetadata::from_v2_json(zarray, nullptr, ".zarray");
+  Array a = Array::create_blocking(rt, store, "", meta);
+  auto data = iota_vec(42);
+  a.write_blocking(Region{{0, 0}, {4, 7}}, std::as_bytes(std::span(data).first(28)));
+  std::vector<std::int32_t> expected(42);
+  a.read_blocking(Region{{0, 0}, {6, 7}}, std::as_writable_bytes(std::span(expected)));
+
+  const ChunkCodec codec = ChunkCodec::from_metadata(a.metadata(), ".zarray");
+  std::vector<std::int32_t> out(42, 0);
+  std::vector<ChunkDecode> items;
+  std::vector<std::optional<Bytes>> chunks;
+  for (std::uint64_t i = 0; i < 2; ++i)
+    for (std::uint64_t j = 0; j < 2; ++j) chunks.push_back(stored(*store, std::to_string(i) + "." + std::to_string(j)));
+  for (std::uint64_t i = 0; i < 2; ++i)
+    for (std::uint64_t j = 0; j < 2; ++j) {
+      ChunkDecode d;
+      d.key = std::to_string(i) + "." + std::to_string(j);
+      if (auto& c = chunks[i * 2 + j]) d.encoded = ByteSpan(*c);
+      d.box = ChunkBox{{0, 0}, {1, 1}, {std::min<std::uint64_t>(4, 6 - i * 4), std::min<std::uint64_t>(4, 7 - j * 4)}};
+      d.out = reinterpret_cast<std::byte*>(out.data() + i * 4 * 7 + j * 4);
+      d.out_strides = {28, 4};
+      items.push_back(std::move(d));
+    }
+  CHECK(!items[2].encoded);  // row 1 of chunks is missing: fill 5
+  codec.decode_blocking(rt, items);
+  CHECK(out == expected);
+}
+
+TEST_CASE("errors: typed, naming the chunk's key and the field", "[chunk_codec]") {
+  Runtime rt(RuntimeOptions{.codec_threads = 2});
+  const ChunkCodec codec = ChunkCodec::from_codecs(json::parse(kZstd), DataTypeKind::int32, {4});
+  std::vector<std::int32_t> out(4, 9);
+  const Bytes junk(13, std::byte{0x42});
+
+  SECTION("bytes that do not decode: CorruptChunk naming the key") {
+    std::vector<ChunkDecode> d(1);
+    d[0].key = "a/c/3";
+    d[0].encoded = ByteSpan(junk);
+    d[0].out = reinterpret_cast<std::byte*>(out.data());
+    try {
+      codec.decode_blocking(rt, d);
+      FAIL("no error");
+    } catch (const CorruptChunk& e) {
+      CHECK(e.key() == "a/c/3");
+    }
+  }
+  SECTION("a box past the chunk: InvalidArgument, and nothing is written") {
+    std::vector<ChunkDecode> d(2);
+    d[0].key = "c/0";
+    d[0].out = reinterpret_cast<std::byte*>(out.data());  // a missing chunk: would fill
+    d[1].key = "c/1";
+    d[1].box = ChunkBox{{2}, {1}, {3}};
+    d[1].out = reinterpret_cast<std::byte*>(out.data());
+    try {
+      codec.decode_blocking(rt, d);
+      FAIL("no error");
+    } catch (const InvalidArgument& e) {
+      CHECK(e.key() == "c/1");
+      CHECK(e.field() == "box");
+    }
+    CHECK(out == std::vector<std::int32_t>(4, 9));
+  }
+  SECTION("an unknown codec and a variable-length data type are refused at construction") {
+    CHECK_THROWS_AS(ChunkCodec::from_codecs(json::parse(R"([{"name":"bytes"},{"name":"nope"}])"), DataTypeKind::uint8,
+                                            {4}, {}, "x/zarr.json"),
+                    UnsupportedError);
+    CHECK_THROWS_AS(ChunkCodec::from_codecs(json::parse(R"([{"name":"vlen-utf8"}])"), DataTypeKind::string, {4}),
+                    UnsupportedError);
+  }
+  SECTION("the first failing item wins; the completion carries it through a callback") {
+    std::vector<ChunkDecode> d(3);
+    for (int k = 0; k < 3; ++k) {
+      d[static_cast<std::size_t>(k)].key = "c/" + std::to_string(k);
+      d[static_cast<std::size_t>(k)].encoded = ByteSpan(junk);
+      d[static_cast<std::size_t>(k)].out = reinterpret_cast<std::byte*>(out.data());
+    }
+    std::promise<std::exception_ptr> done;
+    codec.async_decode(rt, d, [&](std::exception_ptr e) { done.set_value(e); });
+    auto e = done.get_future().get();
+    REQUIRE(e);
+    try {
+      std::rethrow_exception(e);
+    } catch (const CorruptChunk& err) {
+      CHECK(err.key() == "c/0");
+    }
+  }
+}
+
+TEST_CASE("completion: on a pool thread by default, or through the handler's executor", "[chunk_codec]") {
+  Runtime rt(RuntimeOptions{.codec_threads = 2});
+  const ChunkCodec codec = ChunkCodec::from_codecs(json::parse(kZstd), DataTypeKind::int32, {16});
+  std::vector<std::int32_t> out(16);
+  std::vector<ChunkDecode> d(1);
+  d[0].out = reinterpret_cast<std::byte*>(out.data());
+
+  std::promise<bool> on_pool;
+  codec.async_decode(rt, d, [&](std::exception_ptr) { on_pool.set_value(rt.on_codec_thread()); });
+  CHECK(on_pool.get_future().get());
+
+  // Awaited from a coroutine on the io_context: resumes there.
+  auto f = asio::co_spawn(
+      rt.io_executor(),
+      [](Runtime* r, ChunkCodec c, std::span<ChunkDecode> items) -> asio::awaitable<bool> {
+        co_await c.async_decode(*r, items, asio::use_awaitable);
+        co_return r->on_io_thread();
+      }(&rt, codec, d),
+      asio::use_future);
+  CHECK(f.get());
+  CHECK(out == std::vector<std::int32_t>(16, 0));
+}
+
+TEST_CASE("a large batch fans out over the pool's threads from its one submission", "[chunk_codec]") {
+  Runtime rt(RuntimeOptions{.codec_threads = 2});
+  const ChunkCodec codec = ChunkCodec::from_codecs(json::parse(kZstd), DataTypeKind::int32, {64 * 1024});
+  std::vector<std::int32_t> src = iota_vec(64 * 1024 * 8);
+  std::vector<ChunkEncode> e(8);
+  for (std::size_t k = 0; k < 8; ++k) e[k].value = reinterpret_cast<const std::byte*>(src.data() + k * 64 * 1024);
+  codec.encode_blocking(rt, e);
+  std::vector<std::int32_t> back(src.size());
+  std::vector<ChunkDecode> d(8);
+  for (std::size_t k = 0; k < 8; ++k) {
+    d[k].encoded = ByteSpan(*e[k].encoded);
+    d[k].out = reinterpret_cast<std::byte*>(back.data() + k * 64 * 1024);
+  }
+  rt.reset_stats();
+  codec.decode_blocking(rt, d);
+  CHECK(back == src);
+  const RuntimeStats s = rt.stats();
+  CHECK(s.pool_submissions == 1);
+  CHECK(s.fanout_posts == 1);  // two threads: one more post
+  CHECK(s.codec_calls == 8);
+  CHECK(s.pool_queue_depth == 0);
+}
