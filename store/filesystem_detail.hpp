@@ -1,0 +1,144 @@
+// Helpers shared by the FilesystemStore's files (filesystem.cpp: the store,
+// its root and opening beneath it; filesystem_read.cpp; filesystem_write.cpp;
+// filesystem_list.cpp). Internal to the store layer.
+#pragma once
+
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstdint>
+#include <exception>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/random_access_file.hpp>
+
+#include <zarrcoro/error.hpp>
+#include <zarrcoro/store/filesystem.hpp>
+
+#include "store/offload.hpp"
+
+namespace zarrcoro {
+
+namespace filesystem_detail {
+
+namespace asio = boost::asio;
+namespace fs = std::filesystem;
+
+inline std::string os_error(int err) { return std::generic_category().message(err); }
+
+[[noreturn]] inline void fail(const std::string& key, const std::string& what, int err) {
+  throw StoreError(key, "", what + ": " + os_error(err));
+}
+
+// `p` in single quotes, for messages (filesystem.cpp).
+std::string in_quotes(const fs::path& p);
+
+constexpr std::string_view kTempTag = ".tmp.";
+constexpr std::size_t kTempHex = 16;
+
+inline bool is_temp_name(std::string_view name) {
+  if (name.size() < 2 + kTempTag.size() + kTempHex || name.front() != '.') return false;
+  const auto tail = name.substr(name.size() - kTempHex);
+  return name.substr(name.size() - kTempHex - kTempTag.size(), kTempTag.size()) == kTempTag &&
+         std::all_of(tail.begin(), tail.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
+}
+
+// validate_key, and no key's last segment may be named like a temporary
+// file: list() would hide it and remove it once stale (stale_temp_age), and
+// a read could see a write in progress.
+inline void check_key(const std::string& key) {
+  validate_key(key);
+  const auto slash = key.rfind('/');
+  if (is_temp_name(slash == std::string::npos ? std::string_view(key) : std::string_view(key).substr(slash + 1)))
+    throw InvalidArgument(key, "key", "names of the form .<name>.tmp.<16 hex digits> are the filesystem store's temporary files");
+}
+
+inline void close_fd(int fd) {
+  if (fd >= 0) ::close(fd);
+}
+
+// The inode's version (FS_IOC_GETVERSION, i_generation: ext4, XFS, btrfs
+// give each new inode a fresh one, also when they reuse its number), or
+// nullopt where the file system has none.
+inline std::optional<unsigned long long> inode_version(int fd) {
+  int version = 0;
+  if (fd < 0 || ::ioctl(fd, FS_IOC_GETVERSION, &version) != 0) return std::nullopt;
+  return static_cast<unsigned int>(version);
+}
+
+// The generation of the file `st` describes (`fd` open on it): a new file
+// (every write renames a new one into place) has a new inode, or the one of
+// a file removed before (ext4 reuses them at once), and a new modification
+// time (unique_mtime: the file system's own clock may be too coarse).
+// Where the time has no part finer than a microsecond, the file system
+// keeps no finer times (seconds on ext4 with 128-byte inodes, FAT or some
+// network file systems; 10 ms on exFAT) and rewrites of one size within
+// its tick could repeat all of that: the inode's version (`version`, from
+// `fd` if not given) is added, and without one (FAT, exFAT) the
+// generation is unknown.
+inline Generation generation_of(const struct stat& st, int fd, std::optional<unsigned long long> version = {}) {
+  const bool coarse = st.st_mtim.tv_nsec % 1000 == 0;
+  if (coarse && !version) version = inode_version(fd);
+  if (coarse && !version) return {};
+  // "f<dev>:<ino>:<size>:<mtime s>.<mtime ns>[:<inode version>]" in hex;
+  // to_chars, not snprintf, which was 1% of the I/O thread reading small chunks.
+  char buf[112] = {'f'};
+  char* at = buf + 1;
+  const unsigned long long fields[] = {static_cast<unsigned long long>(st.st_dev),
+                                       static_cast<unsigned long long>(st.st_ino),
+                                       static_cast<unsigned long long>(st.st_size),
+                                       static_cast<unsigned long long>(st.st_mtim.tv_sec),
+                                       static_cast<unsigned long long>(st.st_mtim.tv_nsec),
+                                       coarse ? *version : 0};
+  for (std::size_t i = 0; i < std::size(fields) - (coarse ? 0 : 1); ++i) {
+    if (i) *at++ = i == 4 ? '.' : ':';
+    at = std::to_chars(at, buf + sizeof buf, fields[i], 16).ptr;
+  }
+  return {std::string(buf, at)};
+}
+
+// Closes a descriptor at scope exit.
+struct FdGuard {
+  int fd;
+  ~FdGuard() { close_fd(fd); }
+};
+
+// "a/c/0" -> {"a/c", "0"}; "zarr.json" -> {"", "zarr.json"}.
+inline std::pair<std::string, std::string> split_key(const std::string& key) {
+  const auto slash = key.rfind('/');
+  if (slash == std::string::npos) return {"", key};
+  return {key.substr(0, slash), key.substr(slash + 1)};
+}
+
+// Wraps `fd` in an io_uring file, or returns nullopt (with `why`) if io_uring
+// cannot be set up; `fd` is then still owned by the caller.
+inline std::optional<asio::random_access_file> wrap(const asio::any_io_executor& io, int fd,
+                                                    std::string& why) {
+  try {
+    return asio::random_access_file(io, fd);
+  } catch (const std::exception& e) {
+    why = e.what();
+    return std::nullopt;
+  }
+}
+
+}  // namespace filesystem_detail
+
+template <class F>
+auto FilesystemStore::offload(F f) {
+  return detail::run_on_pool(pool_.get_executor(), std::move(f));
+}
+
+}  // namespace zarrcoro
