@@ -189,4 +189,9 @@ Bytes take_partial(const std::string& key, const std::string& url, const ByteRan
 std::optional<Bytes> take_value(const std::string& key, const std::string& url, const ByteRange& range,
                                 Response& r);
 
+// Replaces a coded body of `r` (the final response to `req`, sent to
+// `url`) by the value it codes, at most `limit` bytes, as the header above
+// says of content codings (http_coding.cpp; send() calls it).
+void decode_content(const Request& req, const std::string& url, std::uint64_t limit, Response& r);
+
 }  // namespace zarrcoro::http
