@@ -1,4 +1,4 @@
-// The minimal XML that S3Store reads and writes (store/s3.cpp): enough for
+// The minimal XML that S3Store reads and writes (store/s3_xml.cpp): enough for
 // S3's flat documents (ListObjectsV2 results, error bodies, DeleteObjects).
 // Internal to the store layer; exposed so that tests and the fuzz targets
 // (tests/fuzz/fuzz_s3_xml.cpp) can call the parsers without a network.
