@@ -10,6 +10,8 @@
 #include <future>
 #include <limits>
 #include <mutex>
+#include <numeric>
+#include <type_traits>
 
 #include <boost/asio/post.hpp>
 #include <nlohmann/json.hpp>
@@ -578,6 +580,222 @@ void start_encode(Runtime& rt, const ChunkCodec& codec, std::span<ChunkEncode> i
     }
   };
   submit(rt, std::move(job), bytes);
+}
+
+}  // namespace detail
+
+// ---- the store forms -------------------------------------------------------------
+
+namespace {
+
+// Store requests of one batch, started by `start(i, done)` for each i of
+// `todo`, at most `limit` at once; `finish(error)` runs once after the last
+// one started has ended (with the first error, after which none starts).
+class StoreRequests : public std::enable_shared_from_this<StoreRequests> {
+ public:
+  using Done = std::function<void(std::exception_ptr)>;
+  using Start = std::function<void(std::size_t, Done)>;
+  StoreRequests(std::vector<std::size_t> todo, std::size_t limit, Start start, Done finish)
+      : todo_(std::move(todo)), limit_(std::max<std::size_t>(1, limit)), start_(std::move(start)),
+        finish_(std::move(finish)) {}
+
+  void run() { pump(); }
+
+ private:
+  void pump() {
+    std::vector<std::size_t> starting;
+    bool finished = false;
+    std::exception_ptr error;
+    {
+      std::lock_guard lock(mu_);
+      while (!error_ && next_ < todo_.size() && active_ < limit_) {
+        starting.push_back(todo_[next_++]);
+        ++active_;
+      }
+      if (active_ == 0 && !finished_ && (error_ || next_ == todo_.size())) {
+        finished = finished_ = true;
+        error = error_;
+      }
+    }
+    for (std::size_t i : starting) {
+      try {
+        start_(i, [self = shared_from_this()](std::exception_ptr e) { self->done(std::move(e)); });
+      } catch (...) {
+        done(std::current_exception());
+      }
+    }
+    if (finished) finish_(error);
+  }
+  void done(std::exception_ptr e) {
+    {
+      std::lock_guard lock(mu_);
+      --active_;
+      if (e && !error_) error_ = std::move(e);
+    }
+    pump();
+  }
+
+  std::vector<std::size_t> todo_;
+  std::size_t limit_;
+  Start start_;
+  Done finish_;
+  std::mutex mu_;
+  std::size_t next_ = 0, active_ = 0;
+  bool finished_ = false;
+  std::exception_ptr error_;
+};
+
+// One batch of a store form: the items, the values read for them, the handler.
+template <class Item>
+struct StoreBatch {
+  StoreBatch(Runtime& r, std::shared_ptr<Store> s, ChunkCodec c, std::span<Item> i, detail::AnyCompletion<void> h)
+      : rt(&r), store(std::move(s)), codec(std::move(c)), items(i), values(i.size()) {
+    handler.emplace(std::move(h));
+  }
+
+  Runtime* rt;
+  std::shared_ptr<Store> store;
+  ChunkCodec codec;
+  std::span<Item> items;
+  std::vector<std::optional<Bytes>> values;  // what was read, by item
+  std::optional<detail::AnyCompletion<void>> handler;  // emplaced once
+
+  void complete(std::exception_ptr e) {
+    values.clear();
+    std::move (*handler)(std::move(e));
+  }
+};
+
+ReadOptions whole_value(const ChunkCodec::Impl& c) {
+  ReadOptions o;
+  o.need_generation = false;  // unconditional whole values
+  o.size_hint = static_cast<std::size_t>(std::min<std::uint64_t>(c.chunk_bytes + c.chunk_bytes / 64 + 256, 64u << 20));
+  return o;
+}
+
+// Reads the values of items `todo` into b->values on the io_context (what
+// the store holds at once first, together), then runs `then(error)`.
+template <class Item>
+void read_values(const std::shared_ptr<StoreBatch<Item>>& b, std::vector<std::size_t> todo,
+                 std::function<void(std::exception_ptr)> then) {
+  asio::post(b->rt->io_executor(), [b, todo = std::move(todo), then = std::move(then)]() mutable {
+    const ChunkCodec::Impl& c = b->codec.impl();
+    std::vector<std::size_t> waiting;
+    try {
+      std::vector<std::string> keys;
+      keys.reserve(todo.size());
+      for (std::size_t i : todo) keys.push_back(b->items[i].key);
+      std::vector<ReadOptions> options(todo.size(), whole_value(c));
+      std::vector<ReadNow> now(todo.size());
+      b->store->try_read_now_many(keys, options, now);
+      for (std::size_t k = 0; k < todo.size(); ++k) {
+        if (now[k].error) std::rethrow_exception(now[k].error);
+        if (now[k].result) b->values[todo[k]] = std::move(now[k].result->value);
+        else waiting.push_back(todo[k]);
+      }
+    } catch (...) {
+      then(std::current_exception());
+      return;
+    }
+    auto start = [b](std::size_t i, StoreRequests::Done done) {
+      b->store->async_read(b->items[i].key, whole_value(b->codec.impl()),
+                           [b, i, done = std::move(done)](std::exception_ptr e, ReadResult r) {
+                             if (!e) b->values[i] = std::move(r.value);
+                             done(std::move(e));
+                           });
+    };
+    std::make_shared<StoreRequests>(std::move(waiting), b->rt->options().max_inflight_requests, std::move(start),
+                                    std::move(then))
+        ->run();
+  });
+}
+
+// Checks every item's box before anything is read or written.
+template <class Item>
+void check_items(Runtime& rt, const ChunkCodec::Impl& c, std::span<Item> items) {
+  for (const Item& item : items) {
+    check_size(rt, c, item.key);
+    if constexpr (std::is_same_v<Item, ChunkDecode>) (void)resolve(c, item.box, item.out_strides, item.key);
+    else (void)resolve(c, item.box, item.value_strides, item.key);
+  }
+}
+
+}  // namespace
+
+namespace detail {
+
+void start_read(Runtime& rt, std::shared_ptr<Store> store, const ChunkCodec& codec, std::span<ChunkDecode> items,
+                AnyCompletion<void> handler) {
+  try {
+    check_items(rt, codec.impl(), items);
+  } catch (...) {
+    fail_through_pool(rt, std::move(handler), std::current_exception());
+    return;
+  }
+  auto b = std::make_shared<StoreBatch<ChunkDecode>>(rt, std::move(store), codec, items, std::move(handler));
+  std::vector<std::size_t> all(items.size());
+  std::iota(all.begin(), all.end(), std::size_t{0});
+  read_values(b, std::move(all), [b](std::exception_ptr e) {
+    if (e) {
+      b->complete(std::move(e));
+      return;
+    }
+    for (std::size_t i = 0; i < b->items.size(); ++i) {
+      b->items[i].found = b->values[i].has_value();
+      b->items[i].encoded = b->values[i] ? std::optional<ByteSpan>(ByteSpan(*b->values[i])) : std::nullopt;
+    }
+    start_decode(*b->rt, b->codec, b->items, AnyCompletion<void>([b](std::exception_ptr e) {
+                   for (auto& item : b->items) item.encoded.reset();
+                   b->complete(std::move(e));
+                 }));
+  });
+}
+
+void start_write(Runtime& rt, std::shared_ptr<Store> store, const ChunkCodec& codec, std::span<ChunkEncode> items,
+                 AnyCompletion<void> handler) {
+  const ChunkCodec::Impl& c = codec.impl();
+  std::vector<std::size_t> partial;  // items whose box is short of the whole chunk: read first
+  try {
+    check_items(rt, c, items);
+    for (std::size_t i = 0; i < items.size(); ++i)
+      if (!resolve(c, items[i].box, items[i].value_strides, items[i].key).whole) partial.push_back(i);
+  } catch (...) {
+    fail_through_pool(rt, std::move(handler), std::current_exception());
+    return;
+  }
+  auto b = std::make_shared<StoreBatch<ChunkEncode>>(rt, std::move(store), codec, items, std::move(handler));
+  auto store_all = [b]() {
+    std::vector<std::size_t> all(b->items.size());
+    std::iota(all.begin(), all.end(), std::size_t{0});
+    auto start = [b](std::size_t i, StoreRequests::Done done) {
+      std::optional<Bytes> value = std::move(b->items[i].encoded);
+      b->items[i].encoded.reset();
+      b->store->async_write(b->items[i].key, std::move(value), WriteOptions{},
+                            [done = std::move(done)](std::exception_ptr e, std::optional<Generation>) {
+                              done(std::move(e));
+                            });
+    };
+    std::make_shared<StoreRequests>(std::move(all), b->rt->options().max_inflight_requests, std::move(start),
+                                    [b](std::exception_ptr e) { b->complete(std::move(e)); })
+        ->run();
+  };
+  read_values(b, std::move(partial), [b, store_all](std::exception_ptr e) {
+    if (e) {
+      b->complete(std::move(e));
+      return;
+    }
+    for (std::size_t i = 0; i < b->items.size(); ++i)
+      b->items[i].existing = b->values[i] ? std::optional<ByteSpan>(ByteSpan(*b->values[i])) : std::nullopt;
+    start_encode(*b->rt, b->codec, b->items, AnyCompletion<void>([b, store_all](std::exception_ptr e) {
+                   for (auto& item : b->items) item.existing.reset();
+                   b->values.clear();
+                   if (e) {
+                     b->complete(std::move(e));
+                     return;
+                   }
+                   asio::post(b->rt->io_executor(), store_all);
+                 }));
+  });
 }
 
 }  // namespace detail

@@ -2,6 +2,7 @@
 // array's codec pipeline on the codec pool, one submission per batch.
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <future>
 #include <limits>
 #include <numeric>
@@ -17,7 +18,10 @@
 #include <zarrcoro/chunk_codec.hpp>
 #include <zarrcoro/error.hpp>
 #include <zarrcoro/runtime.hpp>
+#include <zarrcoro/store/filesystem.hpp>
 #include <zarrcoro/store/memory.hpp>
+
+#include "support.hpp"
 
 using namespace zarrcoro;
 using nlohmann::json;
@@ -411,4 +415,66 @@ TEST_CASE("a large batch fans out over the pool's threads from its one submissio
   CHECK(s.fanout_posts == 1);  // two threads: one more post
   CHECK(s.codec_calls == 8);
   CHECK(s.pool_queue_depth == 0);
+}
+
+TEST_CASE("the store forms: read and decode into place, encode and store, on a file store", "[chunk_codec]") {
+  test::TempDir dir("chunk-codec");
+  Runtime rt(RuntimeOptions{.codec_threads = 2});
+  auto store = std::make_shared<FilesystemStore>(rt.io_executor(), dir.path);
+  const std::vector<std::uint64_t> shape{10, 12}, cs{4, 5};
+  auto meta = make_meta(shape, cs, DataTypeKind::int32, kZstd);
+  Array a = Array::create_blocking(rt, store, "", meta);
+  auto data = iota_vec(120);
+  a.write_blocking(Region{{0, 0}, {10, 8}}, std::as_bytes(std::span(data).first(80)));
+  std::vector<std::int32_t> expected(120);
+  a.read_blocking(Region{{0, 0}, {10, 12}}, std::as_writable_bytes(std::span(expected)));
+  const ChunkCodec codec = ChunkCodec::from_metadata(a.metadata());
+
+  std::vector<std::int32_t> out(120, -5);
+  std::vector<std::optional<Bytes>> unused;
+  auto items = whole_array_items(shape, cs, out, unused, *store);
+  for (auto& d : items) d.encoded.reset();  // the engine reads them
+  rt.reset_stats();
+  codec.async_read(rt, store, items, asio::use_future).get();
+  CHECK(out == expected);
+  CHECK(rt.stats().pool_submissions == 1);
+  CHECK(items[0].found);
+  CHECK_FALSE(items[2].found);  // chunk (0, 2) is missing
+  for (auto& d : items) CHECK_FALSE(d.encoded);
+
+  // Write every chunk anew (all 7s, one column of chunk (1, 1) only, and
+  // chunk (2, 0) back to the fill value): stored, merged, erased.
+  std::vector<std::int32_t> sevens(20, 7), zeros(20, 0);
+  std::vector<ChunkEncode> enc(3);
+  enc[0].key = "c/0/0";
+  enc[0].value = reinterpret_cast<const std::byte*>(sevens.data());
+  enc[1].key = "c/1/1";
+  enc[1].box = ChunkBox{{0, 2}, {1, 1}, {4, 1}};
+  enc[1].value = reinterpret_cast<const std::byte*>(sevens.data());
+  enc[2].key = "c/2/0";
+  enc[2].value = reinterpret_cast<const std::byte*>(zeros.data());
+  enc[2].drop_if_fill = true;
+  codec.async_write(rt, store, enc, asio::use_future).get();
+  for (auto& e : enc) CHECK_FALSE(e.encoded);
+  CHECK_FALSE(std::filesystem::exists(dir.path / "c/2/0"));
+  for (std::size_t r = 0; r < 4; ++r)
+    for (std::size_t c = 0; c < 5; ++c) expected[r * 12 + c] = 7;
+  for (std::size_t r = 4; r < 8; ++r) expected[r * 12 + 7] = 7;
+  for (std::size_t r = 8; r < 10; ++r)
+    for (std::size_t c = 0; c < 5; ++c) expected[r * 12 + c] = 0;
+  std::vector<std::int32_t> back(120);
+  a.read_blocking(Region{{0, 0}, {10, 12}}, std::as_writable_bytes(std::span(back)));
+  CHECK(back == expected);
+
+  SECTION("a bad key fails the batch naming it") {
+    std::vector<ChunkDecode> bad(1);
+    bad[0].key = "../escape";
+    bad[0].out = reinterpret_cast<std::byte*>(out.data());
+    try {
+      codec.async_read(rt, store, bad, asio::use_future).get();
+      FAIL("no error");
+    } catch (const InvalidArgument& e) {
+      CHECK(e.key() == "../escape");
+    }
+  }
 }

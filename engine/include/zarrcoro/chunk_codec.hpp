@@ -30,6 +30,17 @@
 // codec pool, i.e. at once on that thread). Batches are not cancellable: a
 // started batch runs to its end.
 //
+// Store forms (async_read, async_write): the engine also moves the chunks'
+// bytes, given each item's store key: the store requests run on the
+// runtime's io_context (at most RuntimeOptions::max_inflight_requests at
+// once; values the store holds at once, such as page-cached files, are
+// answered together by Store::try_read_now_many), the codec work is one pool
+// submission as above. Reads and writes are unconditional, whole values, as
+// zarr-python's own pipeline does them (no protection against another
+// writer of the same chunk in between; Array is the API with that). The
+// store must outlive the operation. Store errors complete the batch with
+// StoreError naming the key.
+//
 // Errors: construction raises InvalidMetadata / UnsupportedError naming the
 // key and field (an unknown codec, a variable-length data type, which this
 // interface does not carry). A batch completes with the typed Error of a
@@ -61,6 +72,7 @@
 #include <zarrcoro/dtype.hpp>
 #include <zarrcoro/metadata.hpp>
 #include <zarrcoro/runtime.hpp>
+#include <zarrcoro/store.hpp>
 
 namespace zarrcoro {
 
@@ -77,6 +89,7 @@ struct ChunkDecode {
   ChunkBox box;
   std::byte* out = nullptr;              // where box element (0, ..., 0) lands
   std::vector<std::int64_t> out_strides;  // per chunk dimension; empty: the box C-contiguous at `out`
+  bool found = false;  // async_read (out): the key held a value (else the box got the fill value)
 };
 
 // One chunk to encode: the new values of its box merged into what the chunk
@@ -100,6 +113,10 @@ class ChunkCodec;
 namespace detail {
 void start_decode(Runtime& rt, const ChunkCodec& codec, std::span<ChunkDecode> items, AnyCompletion<void> handler);
 void start_encode(Runtime& rt, const ChunkCodec& codec, std::span<ChunkEncode> items, AnyCompletion<void> handler);
+void start_read(Runtime& rt, std::shared_ptr<Store> store, const ChunkCodec& codec, std::span<ChunkDecode> items,
+                AnyCompletion<void> handler);
+void start_write(Runtime& rt, std::shared_ptr<Store> store, const ChunkCodec& codec, std::span<ChunkEncode> items,
+                 AnyCompletion<void> handler);
 }  // namespace detail
 
 class ChunkCodec {
@@ -137,6 +154,24 @@ class ChunkCodec {
   auto async_encode(Runtime& rt, std::span<ChunkEncode> items, Token&& token) const {
     return boost::asio::async_initiate<Token, void(std::exception_ptr)>(Initiate<Encode>{}, token, &rt, *this, items);
   }
+  // Reads each item's `key` from `store` and decodes it into place, as
+  // async_decode (a missing key: the fill value; `found` says which);
+  // `encoded` is ignored, and nullopt at completion.
+  template <class Token>
+  auto async_read(Runtime& rt, std::shared_ptr<Store> store, std::span<ChunkDecode> items, Token&& token) const {
+    return boost::asio::async_initiate<Token, void(std::exception_ptr)>(InitiateStore<Read>{}, token, &rt,
+                                                                         std::move(store), *this, items);
+  }
+  // Encodes each item as async_encode, reading its stored chunk first where
+  // its box is not the whole chunk (`existing` is ignored), and stores it
+  // under `key`: the encoded bytes, or an erase for a dropped chunk.
+  // `encoded` is nullopt at completion (the bytes went to the store).
+  template <class Token>
+  auto async_write(Runtime& rt, std::shared_ptr<Store> store, std::span<ChunkEncode> items, Token&& token) const {
+    return boost::asio::async_initiate<Token, void(std::exception_ptr)>(InitiateStore<Write>{}, token, &rt,
+                                                                         std::move(store), *this, items);
+  }
+
   // The same, waiting: not from a thread of the runtime's codec pool (that
   // could deadlock: InvalidArgument). Raises what the batch completes with.
   void decode_blocking(Runtime& rt, std::span<ChunkDecode> items) const;
@@ -158,17 +193,42 @@ class ChunkCodec {
       detail::start_encode(rt, c, items, std::move(h));
     }
   };
+  struct Read {
+    static void start(Runtime& rt, std::shared_ptr<Store> s, const ChunkCodec& c, std::span<ChunkDecode> items,
+                      detail::AnyCompletion<void> h) {
+      detail::start_read(rt, std::move(s), c, items, std::move(h));
+    }
+  };
+  struct Write {
+    static void start(Runtime& rt, std::shared_ptr<Store> s, const ChunkCodec& c, std::span<ChunkEncode> items,
+                      detail::AnyCompletion<void> h) {
+      detail::start_write(rt, std::move(s), c, items, std::move(h));
+    }
+  };
+  // The handler, dispatched through its associated executor (default: the pool).
+  template <class Handler>
+  static detail::AnyCompletion<void> completion(Handler&& handler, Runtime& rt) {
+    namespace asio = boost::asio;
+    auto ex = asio::prefer(asio::get_associated_executor(handler, rt.codec_executor()),
+                           asio::execution::outstanding_work.tracked);
+    auto complete = [h = std::forward<Handler>(handler), ex](std::exception_ptr e) mutable {
+      asio::dispatch(ex, [h = std::move(h), e]() mutable { std::move(h)(e); });
+    };
+    return detail::AnyCompletion<void>(std::move(complete));
+  }
+  template <class Op>
+  struct InitiateStore {
+    template <class Handler, class Item>
+    void operator()(Handler&& handler, Runtime* rt, std::shared_ptr<Store> store, ChunkCodec codec,
+                    std::span<Item> items) const {
+      Op::start(*rt, std::move(store), codec, items, completion(std::forward<Handler>(handler), *rt));
+    }
+  };
   template <class Op>
   struct Initiate {
     template <class Handler, class Item>
     void operator()(Handler&& handler, Runtime* rt, ChunkCodec codec, std::span<Item> items) const {
-      namespace asio = boost::asio;
-      auto ex = asio::prefer(asio::get_associated_executor(handler, rt->codec_executor()),
-                             asio::execution::outstanding_work.tracked);
-      auto complete = [h = std::forward<Handler>(handler), ex](std::exception_ptr e) mutable {
-        asio::dispatch(ex, [h = std::move(h), e]() mutable { std::move(h)(e); });
-      };
-      Op::start(*rt, codec, items, detail::AnyCompletion<void>(std::move(complete)));
+      Op::start(*rt, codec, items, completion(std::forward<Handler>(handler), *rt));
     }
   };
 

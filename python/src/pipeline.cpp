@@ -1,0 +1,310 @@
+// zarrcoro._zarrcoro.ChunkCodec: batches of chunks decoded and encoded by the
+// engine (zarrcoro/chunk_codec.hpp) for zarrcoro.pipeline, zarr-python's
+// codec pipeline on the engine.
+//
+// A batch is one call: the items are checked under the GIL (every box must
+// lie inside its destination or source array, so that no index computed in
+// Python can make the engine write out of bounds), then handed to the
+// engine with the GIL released, one pool submission per batch. The
+// completion runs on the pool thread that ends the batch, takes the GIL only
+// to make the result (None, or the encoded chunks as NumPy uint8 arrays that
+// own their bytes) and completes the asyncio future once through the loop's
+// call_soon_threadsafe. The arrays and buffers of the batch are kept alive
+// until then. Thread-safety: as module.cpp.
+#include "pipeline.hpp"
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+#include <nlohmann/json.hpp>
+
+#include <zarrcoro/chunk_codec.hpp>
+#include <zarrcoro/error.hpp>
+#include <zarrcoro/metadata.hpp>
+#include <zarrcoro/npy.hpp>
+#include <zarrcoro/runtime.hpp>
+#include <zarrcoro/store/filesystem.hpp>
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace zarrcoro_python {
+namespace {
+
+using zarrcoro::ChunkBox;
+using zarrcoro::ChunkCodec;
+using Dims = std::vector<std::uint64_t>;
+using Strides = std::vector<std::int64_t>;
+
+PipelineHooks hooks;
+
+// Any CPU array (any dtype, any strides), and a read-only one.
+using AnyArray = nb::ndarray<nb::device::cpu>;
+using ConstArray = nb::ndarray<nb::ro, nb::device::cpu>;
+// An encoded chunk: contiguous bytes (a NumPy uint8 array or bytes).
+using Encoded = nb::ndarray<nb::ro, const std::uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+// One item from Python: key, box (start, step, count per chunk dimension;
+// all empty: the whole chunk), and the place of box element 0 in the array
+// as a byte offset from its data pointer with byte strides per chunk
+// dimension.
+using Box = std::tuple<Dims, Dims, Dims>;
+
+struct PyChunkCodec {
+  ChunkCodec codec;
+};
+
+// A store of the engine on a local directory (a zarr-python LocalStore's
+// root), whose I/O runs on the runtime's io_context. Declared first, the
+// runtime outlives the store.
+struct PyChunkStore {
+  nb::object runtime;
+  std::shared_ptr<zarrcoro::Store> store;
+};
+
+// The extent of an array's elements relative to its data pointer, bytes [lo, hi).
+template <class A>
+std::pair<std::int64_t, std::int64_t> extent(const A& a) {
+  const auto es = static_cast<std::int64_t>(a.itemsize());
+  std::int64_t lo = 0, hi = es;
+  for (std::size_t d = 0; d < a.ndim(); ++d) {
+    if (a.shape(d) == 0) return {0, 0};
+    const std::int64_t span = (static_cast<std::int64_t>(a.shape(d)) - 1) * a.stride(d) * es;
+    (span < 0 ? lo : hi) += span;
+  }
+  return {lo, hi};
+}
+
+// The box made explicit, checked to lie in `array` (whose extent is `ext`)
+// at `offset` with `strides`. InvalidArgument (field `what`) otherwise.
+ChunkBox checked_box(const ChunkCodec& codec, const Box& box, std::int64_t offset, const Strides& strides,
+                     std::pair<std::int64_t, std::int64_t> ext, const std::string& key, const char* what) {
+  const auto& [start, step, count] = box;
+  ChunkBox b{start, step, count};
+  const std::size_t rank = codec.chunk_shape().size();
+  const Dims& n = count.empty() && start.empty() && step.empty() ? codec.chunk_shape() : count;
+  if (n.size() != rank || strides.size() != rank)
+    throw zarrcoro::InvalidArgument(key, what, "a box and strides of one entry per chunk dimension expected");
+  std::int64_t lo = offset, hi = offset + static_cast<std::int64_t>(codec.dtype().size());
+  for (std::size_t d = 0; d < rank; ++d) {
+    if (n[d] == 0) return b;  // nothing is touched
+    if (n[d] > (std::uint64_t{1} << 62))
+      throw zarrcoro::InvalidArgument(key, what, "a box dimension beyond any array");
+    const std::int64_t span = (static_cast<std::int64_t>(n[d]) - 1) * strides[d];
+    (span < 0 ? lo : hi) += span;
+  }
+  if (lo < ext.first || hi > ext.second)
+    throw zarrcoro::InvalidArgument(key, what, "the box reaches outside the array");
+  return b;
+}
+
+// The completion of a batch: completes `future` on `loop` once with
+// `convert()` (under the GIL) or with the exception, then lets go of the
+// Python objects under the GIL.
+template <class Convert>
+auto completion(nb::object loop, nb::object future, nb::object keep, Convert convert) {
+  struct Pending {
+    nb::object loop, future, keep;
+  };
+  auto pending = std::make_shared<Pending>(Pending{std::move(loop), std::move(future), std::move(keep)});
+  return [pending, convert = std::move(convert)](std::exception_ptr error) mutable {
+    nb::gil_scoped_acquire gil;
+    nb::object exc = nb::none(), value = nb::none();
+    try {
+      if (error) exc = hooks.exception(error);
+      else value = convert();
+    } catch (nb::python_error& e) {
+      exc = nb::borrow(e.value());
+    } catch (...) {
+      exc = hooks.exception(std::current_exception());
+    }
+    try {
+      nb::module_ aio = nb::module_::import_("zarrcoro._aio");
+      pending->loop.attr("call_soon_threadsafe")(aio.attr("complete"), pending->future, exc, value);
+    } catch (nb::python_error& e) {
+      e.discard_as_unraisable("zarrcoro: completing an asyncio future");  // the loop is closed
+    }
+    pending->keep = nb::object();
+    pending->future = nb::object();
+    pending->loop = nb::object();
+  };
+}
+
+// A NumPy uint8 array owning `bytes`.
+nb::object owned_array(zarrcoro::Bytes&& bytes) {
+  auto* held = new zarrcoro::Bytes(std::move(bytes));
+  nb::capsule owner(held, [](void* p) noexcept { delete static_cast<zarrcoro::Bytes*>(p); });
+  const std::size_t n = held->size();
+  return nb::cast(nb::ndarray<nb::numpy, std::uint8_t, nb::ndim<1>>(held->data(), {n}, owner));
+}
+
+nlohmann::json parse(const std::string& text, const std::string& key) { return zarrcoro::parse_json(text, key); }
+
+// Decode items from Python: (key, encoded or None, out array, offset, strides, box).
+auto decode_items(const ChunkCodec& codec, const nb::list& items, bool with_bytes) {
+  auto batch = std::make_shared<std::vector<zarrcoro::ChunkDecode>>();
+  batch->reserve(items.size());
+  for (nb::handle it : items) {
+    auto [key, encoded, out, offset, strides, box] =
+        nb::cast<std::tuple<std::string, std::optional<Encoded>, AnyArray, std::int64_t, Strides, Box>>(it);
+    if (out.itemsize() != codec.dtype().size())
+      throw zarrcoro::InvalidArgument(key, "out", "an array of another element size");
+    zarrcoro::ChunkDecode d;
+    d.box = checked_box(codec, box, offset, strides, extent(out), key, "out");
+    d.key = std::move(key);
+    if (encoded && with_bytes)
+      d.encoded = zarrcoro::ByteSpan(reinterpret_cast<const std::byte*>(encoded->data()), encoded->size());
+    d.out = static_cast<std::byte*>(out.data()) + offset;
+    d.out_strides = std::move(strides);
+    batch->push_back(std::move(d));
+  }
+  return batch;
+}
+
+// Encode items from Python: (key, existing or None, value array, offset, strides, box, drop_if_fill).
+auto encode_items(const ChunkCodec& codec, const nb::list& items, bool with_bytes) {
+  auto batch = std::make_shared<std::vector<zarrcoro::ChunkEncode>>();
+  batch->reserve(items.size());
+  for (nb::handle it : items) {
+    auto [key, existing, value, offset, strides, box, drop] =
+        nb::cast<std::tuple<std::string, std::optional<Encoded>, ConstArray, std::int64_t, Strides, Box, bool>>(it);
+    if (value.itemsize() != codec.dtype().size())
+      throw zarrcoro::InvalidArgument(key, "value", "an array of another element size");
+    zarrcoro::ChunkEncode e;
+    e.box = checked_box(codec, box, offset, strides, extent(value), key, "value");
+    e.key = std::move(key);
+    if (existing && with_bytes)
+      e.existing = zarrcoro::ByteSpan(reinterpret_cast<const std::byte*>(existing->data()), existing->size());
+    e.value = static_cast<const std::byte*>(value.data()) + offset;
+    e.value_strides = std::move(strides);
+    e.drop_if_fill = drop;
+    batch->push_back(std::move(e));
+  }
+  return batch;
+}
+
+}  // namespace
+
+void register_pipeline(nb::module_& m, PipelineHooks h) {
+  hooks = std::move(h);
+  nb::class_<PyChunkCodec>(m, "ChunkCodec")
+      .def_static(
+          "from_metadata",
+          [](const std::string& document) {
+            const nlohmann::json doc = parse(document, "metadata");
+            if (!doc.is_object()) throw zarrcoro::InvalidMetadata("metadata", "", "expected a JSON object");
+            const bool v2 = doc.value("zarr_format", 3) == 2;
+            const std::string key = v2 ? ".zarray" : "zarr.json";
+            zarrcoro::ArrayMetadata meta =
+                v2 ? zarrcoro::ArrayMetadata::from_v2_json(doc, doc.value("attributes", nlohmann::json()), key)
+                   : zarrcoro::ArrayMetadata::from_json(doc, key);
+            return PyChunkCodec{ChunkCodec::from_metadata(meta, key)};
+          },
+          "document"_a, "The pipeline of the array a v2 or v3 metadata document (JSON) describes.")
+      .def_static(
+          "from_codecs",
+          [](const std::string& codecs, const std::string& data_type, Dims chunk_shape, nb::bytes fill) {
+            const nlohmann::json list = parse(codecs, "codecs");
+            const zarrcoro::DataType dtype = zarrcoro::parse_data_type(parse(data_type, "data_type"), "codecs");
+            zarrcoro::FillValue f(fill.size());
+            std::memcpy(f.data(), fill.c_str(), fill.size());
+            return PyChunkCodec{ChunkCodec::from_codecs(list, dtype, std::move(chunk_shape), std::move(f), "codecs")};
+          },
+          "codecs"_a, "data_type"_a, "chunk_shape"_a, "fill"_a,
+          "A pipeline from a v3 codecs list (JSON) for chunks of a v3 data_type (JSON), with one fill element.")
+      .def_prop_ro("chunk_shape", [](const PyChunkCodec& c) { return c.codec.chunk_shape(); })
+      .def_prop_ro("itemsize", [](const PyChunkCodec& c) { return c.codec.dtype().size(); })
+      .def_prop_ro("npy_descr", [](const PyChunkCodec& c) { return zarrcoro::npy_descr(c.codec.dtype()); })
+      .def_prop_ro("fill_bytes", [](const PyChunkCodec& c) {
+        return nb::bytes(reinterpret_cast<const char*>(c.codec.fill().data()), c.codec.fill().size());
+      })
+      .def_prop_ro("encoded_size", [](const PyChunkCodec& c) { return c.codec.encoded_size(); })
+      .def_prop_ro("trivial", [](const PyChunkCodec& c) { return c.codec.is_trivial(); })
+      .def_prop_ro("codecs", [](const PyChunkCodec& c) { return c.codec.codecs().dump(); })
+      .def("describe", [](const PyChunkCodec& c) { return c.codec.describe(); })
+      .def(
+          "decode",
+          // items: (key, encoded or None, out array, offset, strides, box)
+          [](PyChunkCodec& self, nb::handle runtime, nb::list items, nb::object loop, nb::object future) {
+            zarrcoro::Runtime& rt = hooks.runtime(runtime);
+            auto batch = decode_items(self.codec, items, true);
+            auto done = completion(std::move(loop), std::move(future), nb::object(items), [] { return nb::none(); });
+            nb::gil_scoped_release release;
+            self.codec.async_decode(rt, *batch, [batch, done = std::move(done)](std::exception_ptr e) mutable {
+              done(e);
+            });
+          },
+          "runtime"_a, "items"_a, "loop"_a, "future"_a)
+      .def(
+          "encode",
+          // items: (key, existing or None, value array, offset, strides, box, drop_if_fill);
+          // completes with a list of uint8 arrays (None: dropped, all fill)
+          [](PyChunkCodec& self, nb::handle runtime, nb::list items, nb::object loop, nb::object future) {
+            zarrcoro::Runtime& rt = hooks.runtime(runtime);
+            auto batch = encode_items(self.codec, items, true);
+            auto done = completion(std::move(loop), std::move(future), nb::object(items), [batch]() {
+              nb::list out;
+              for (auto& e : *batch) out.append(e.encoded ? owned_array(std::move(*e.encoded)) : nb::none());
+              return nb::object(out);
+            });
+            nb::gil_scoped_release release;
+            self.codec.async_encode(rt, *batch, [batch, done = std::move(done)](std::exception_ptr e) mutable {
+              done(e);
+            });
+          },
+          "runtime"_a, "items"_a, "loop"_a, "future"_a)
+      .def(
+          "read",
+          // items as decode (their encoded bytes unused): read from `store` by key;
+          // completes with a list of bool (the key held a value)
+          [](PyChunkCodec& self, PyChunkStore& store, nb::list items, nb::object loop, nb::object future) {
+            zarrcoro::Runtime& rt = hooks.runtime(store.runtime);
+            auto batch = decode_items(self.codec, items, false);
+            auto done = completion(std::move(loop), std::move(future), nb::object(items), [batch]() {
+              nb::list found;
+              for (const auto& d : *batch) found.append(nb::bool_(d.found));
+              return nb::object(found);
+            });
+            nb::gil_scoped_release release;
+            self.codec.async_read(rt, store.store, *batch, [batch, done = std::move(done)](std::exception_ptr e) mutable {
+              done(e);
+            });
+          },
+          "store"_a, "items"_a, "loop"_a, "future"_a)
+      .def(
+          "write",
+          // items as encode (their existing bytes unused): stored under their keys in `store`
+          [](PyChunkCodec& self, PyChunkStore& store, nb::list items, nb::object loop, nb::object future) {
+            zarrcoro::Runtime& rt = hooks.runtime(store.runtime);
+            auto batch = encode_items(self.codec, items, false);
+            auto done = completion(std::move(loop), std::move(future), nb::object(items), [] { return nb::none(); });
+            nb::gil_scoped_release release;
+            self.codec.async_write(rt, store.store, *batch, [batch, done = std::move(done)](std::exception_ptr e) mutable {
+              done(e);
+            });
+          },
+          "store"_a, "items"_a, "loop"_a, "future"_a);
+
+  nb::class_<PyChunkStore>(m, "ChunkStore")
+      .def(
+          "__init__",
+          [](PyChunkStore* self, nb::object runtime, const std::string& root) {
+            zarrcoro::Runtime& rt = hooks.runtime(runtime);
+            new (self) PyChunkStore{runtime, std::make_shared<zarrcoro::FilesystemStore>(rt.io_executor(), root)};
+          },
+          "runtime"_a, "root"_a, "The engine's file store on a directory, for ChunkCodec.read and write.")
+      .def_prop_ro("url", [](const PyChunkStore& s) { return s.store->url(); });
+}
+
+}  // namespace zarrcoro_python

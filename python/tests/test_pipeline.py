@@ -1,0 +1,191 @@
+"""zarrcoro.pipeline.CodecPipeline: zarr-python 3 arrays through the engine,
+against zarr-python's own BatchedCodecPipeline on the same arrays."""
+import asyncio
+import logging
+
+import numpy as np
+import pytest
+
+zarr = pytest.importorskip("zarr")
+
+import zarrcoro  # noqa: E402
+import zarrcoro.pipeline  # noqa: E402,F401  (registers the pipeline)
+
+OURS = {"codec_pipeline.path": "zarrcoro.pipeline.CodecPipeline"}
+DEFAULT = {"codec_pipeline.path": "zarr.core.codec_pipeline.BatchedCodecPipeline"}
+
+SELECTIONS = [
+    np.s_[:],
+    np.s_[2:9:3, 1::4],
+    np.s_[5, 3:],
+    np.s_[5, 3],
+    np.s_[-1, ::2],
+    np.s_[..., 7],
+    np.s_[12:, 15:],
+    np.s_[3:3, :],
+]
+
+LAYOUTS = [
+    dict(zarr_format=2, compressors=None),
+    dict(zarr_format=2),  # zstd
+    dict(zarr_format=2, order="F", compressors=[{"id": "zlib", "level": 1}]),
+    dict(zarr_format=3, compressors=None),
+    dict(zarr_format=3),
+    dict(zarr_format=3, shards=(8, 10)),
+    dict(zarr_format=3, filters=[{"name": "transpose", "configuration": {"order": [1, 0]}}]),
+    dict(zarr_format=3, compressors=[{"name": "gzip", "configuration": {"level": 1}}, {"name": "crc32c"}]),
+]
+
+
+def make(store, dtype="float32", fill_value=0, **kw):
+    return zarr.create_array(store=store, shape=(13, 17), chunks=(4, 5), dtype=dtype, fill_value=fill_value, **kw)
+
+
+def data(dtype="float32"):
+    return (np.arange(13 * 17) % 251).reshape(13, 17).astype(dtype)
+
+
+def engine_pipeline(z):
+    p = z._async_array.codec_pipeline
+    assert isinstance(p, zarrcoro.pipeline.CodecPipeline)
+    return p
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda l: ",".join(f"{k}={v}" for k, v in l.items()))
+@pytest.mark.parametrize("dtype", ["float32", "int16", "uint8", "complex128", "bool"])
+@pytest.mark.parametrize("kind", ["local", "memory"])
+def test_reads_and_writes_agree_with_zarr_python(layout, dtype, kind, tmp_path):
+    """A LocalStore: the engine reads and writes the files itself; a
+    MemoryStore: zarr-python moves the bytes, the engine decodes and encodes."""
+    expected = data(dtype)
+    store = tmp_path / "a.zarr" if kind == "local" else zarr.storage.MemoryStore()
+    with zarr.config.set(OURS):
+        z = make(store, dtype=dtype, **layout)
+        p = engine_pipeline(z)
+        assert p._native is not None, "the engine carries this array"
+        z[:] = expected
+        z[1:3, 2] = expected[0, 0]
+        expected[1:3, 2] = expected[0, 0]
+        for sel in SELECTIONS:
+            np.testing.assert_array_equal(z[sel], expected[sel])
+        assert (p._chunk_store is not None) == (kind == "local")
+    with zarr.config.set(DEFAULT):  # what we wrote, read by zarr-python itself
+        np.testing.assert_array_equal(zarr.open_array(store)[:], expected)
+
+
+def test_what_zarr_python_wrote_reads_through_the_engine(tmp_path):
+    expected = data()
+    with zarr.config.set(DEFAULT):
+        z = make(tmp_path / "a.zarr", shards=(8, 10), fill_value=np.nan)
+        z[:8, :] = expected[:8]
+    expected[8:] = np.nan
+    with zarr.config.set(OURS):
+        z = zarr.open_array(tmp_path / "a.zarr")
+        engine_pipeline(z)
+        np.testing.assert_array_equal(z[:], expected)
+        np.testing.assert_array_equal(z.oindex[[1, 9], [0, 16]], expected[np.ix_([1, 9], [0, 16])])
+
+
+def test_fancy_selections(tmp_path):
+    expected = data()
+    with zarr.config.set(OURS):
+        z = make(tmp_path / "a.zarr")
+        z[:] = expected
+        np.testing.assert_array_equal(z.oindex[[1, 5], [2, 3, 16]], expected[np.ix_([1, 5], [2, 3, 16])])
+        np.testing.assert_array_equal(z.vindex[[1, 5, 12], [2, 16, 0]], expected[[1, 5, 12], [2, 16, 0]])
+        np.testing.assert_array_equal(z.get_block_selection((1, 2)), expected[4:8, 10:15])
+        z.oindex[[1, 5], [2, 3]] = -1
+        expected[np.ix_([1, 5], [2, 3])] = -1
+        z.vindex[[0, 12], [0, 16]] = -2
+        expected[[0, 12], [0, 16]] = -2
+        np.testing.assert_array_equal(z[:], expected)
+
+
+def test_empty_chunks_are_not_stored(tmp_path):
+    with zarr.config.set(OURS):
+        z = make(tmp_path / "a.zarr", fill_value=np.nan)
+        z[:] = np.nan
+        z[0, 0] = 1
+        assert z.nchunks_initialized == 1
+        z[0, 0] = np.nan
+        assert z.nchunks_initialized == 0
+        z2 = zarr.create_array(store=tmp_path / "b.zarr", shape=(8,), chunks=(4,), dtype="float64", fill_value=0.0,
+                               config={"write_empty_chunks": True})
+        z2[:] = 0.0
+        assert z2.nchunks_initialized == 2
+
+
+def test_zero_dimensional(tmp_path):
+    with zarr.config.set(OURS):
+        z = zarr.create_array(store=tmp_path / "a.zarr", shape=(), dtype="int64", fill_value=3)
+        assert z[()] == 3
+        z[()] = 42
+        assert z[()] == 42
+        assert z[...].shape == ()
+
+
+def test_one_pool_submission_per_batch(tmp_path):
+    expected = data()
+    with zarr.config.set(OURS):
+        z = make(tmp_path / "a.zarr")  # 4 x 4 = 16 chunks
+        z[:] = expected
+        rt = zarrcoro.default_runtime()
+        before = rt.stats()
+        np.testing.assert_array_equal(z[:], expected)
+        after = rt.stats()
+        assert after["pool_submissions"] - before["pool_submissions"] == 1
+        assert after["chunks"] - before["chunks"] == 16
+        assert after["codec_calls_on_io_thread"] == 0
+        with zarr.config.set({"codec_pipeline.batch_size": 5}):  # batches of 5 chunks: 4 submissions
+            z = zarr.open_array(tmp_path / "a.zarr")
+            before = rt.stats()
+            np.testing.assert_array_equal(z[:], expected)
+            assert rt.stats()["pool_submissions"] - before["pool_submissions"] == 4
+
+
+def test_concurrent_async_reads(tmp_path):
+    expected = data()
+    with zarr.config.set(OURS):
+        z = make(tmp_path / "a.zarr")
+        z[:] = expected
+
+        async def main():
+            a = await zarr.api.asynchronous.open_array(store=str(tmp_path / "a.zarr"))
+            rows = await asyncio.gather(*(a.getitem(np.s_[i]) for i in range(13)))
+            return np.stack(rows)
+
+        np.testing.assert_array_equal(asyncio.run(main()), expected)
+
+
+def test_unsupported_arrays_fall_back_with_a_log_line(tmp_path, caplog):
+    with zarr.config.set(OURS), caplog.at_level(logging.INFO, logger="zarrcoro.pipeline"):
+        s = zarr.create_array(store=tmp_path / "s.zarr", shape=(5,), chunks=(2,), dtype=str)
+        s[:] = ["a", "bb", "", "dddd", "e"]
+        assert list(s[:]) == ["a", "bb", "", "dddd", "e"]
+        assert engine_pipeline(s)._native is None
+        b = zarr.create_array(store=tmp_path / "b.zarr", shape=(5,), chunks=(2,), dtype=">i4", zarr_format=2)
+        b[:] = np.arange(5)
+        np.testing.assert_array_equal(b[:], np.arange(5))
+    lines = [r.getMessage() for r in caplog.records if r.name == "zarrcoro.pipeline"]
+    assert any("falls back" in m for m in lines)
+
+
+def test_corrupt_chunks_raise(tmp_path):
+    with zarr.config.set(OURS):
+        z = make(tmp_path / "a.zarr")
+        z[:] = data()
+        (tmp_path / "a.zarr" / "c" / "0" / "0").write_bytes(b"junk")
+        with pytest.raises(zarrcoro.CorruptChunk) as e:
+            z[:]
+        assert e.value.key.endswith("c/0/0")
+
+
+def test_pipeline_pickles_and_compares(tmp_path):
+    import pickle
+
+    with zarr.config.set(OURS):
+        z = make(tmp_path / "a.zarr")
+        z[:] = data()
+        z2 = pickle.loads(pickle.dumps(z))
+        np.testing.assert_array_equal(z2[:], data())
+        assert z2._async_array.codec_pipeline == z._async_array.codec_pipeline

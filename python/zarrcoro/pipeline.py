@@ -1,0 +1,537 @@
+"""zarr-python's codec pipeline on zarrcoro's engine.
+
+    import zarr
+    zarr.config.set({"codec_pipeline.path": "zarrcoro.pipeline.CodecPipeline"})
+
+Every zarr-python 3 array then reads and writes its chunks through the engine:
+zarr-python indexes and fetches the chunks (through its own store), and the
+codec work of each batch of chunks goes to the engine's codec pool as ONE
+submission, completed once through the event loop (``call_soon_threadsafe``):
+no ``asyncio.to_thread``, no thread per chunk, no codec work on the loop's
+thread, the GIL released while the engine works. Decoded chunks land in
+zarr-python's output array in place, written by the engine through the
+array's strides, for selections of slices and integers; other selections
+(orthogonal, vectorized) decode into a chunk-sized array and are copied by
+NumPy.
+
+What the engine does not carry falls back to zarr-python's own
+BatchedCodecPipeline for that array, with one log line (logger
+``zarrcoro.pipeline``, level INFO), never an error or other data: codecs the
+engine does not know, variable-length strings and bytes, datetime types,
+non-native byte order in memory (a v2 ``>i4`` array), irregular chunk grids,
+output buffers that are not NumPy arrays, structured field selections.
+Writes through orthogonal or vectorized selections go through the fallback
+too (their chunks are merged by NumPy there).
+
+Batches: the chunks of one read or write call, split into batches of
+``codec_pipeline.batch_size`` chunks when that is set above 1 (zarr-python's
+default of 1 is a batch per chunk, meant for its own pipeline), else of 64.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from zarr.abc.codec import CodecPipeline as _ZarrCodecPipeline
+from zarr.core.buffer import cpu as _cpu
+from zarr.core.codec_pipeline import BatchedCodecPipeline
+from zarr.core.common import concurrent_map
+from zarr.core.config import config
+from zarr.registry import register_pipeline
+
+from . import _zarrcoro
+from .errors import ZarrcoroError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+
+__all__ = ["CodecPipeline"]
+
+logger = logging.getLogger("zarrcoro.pipeline")
+
+_DEFAULT_BATCH = 64
+# NumPy kinds the engine holds as fixed-size elements: bool, integers,
+# floats, complex, S<n>, U<n>, structured records.
+_KINDS = frozenset("biufcSUV")
+
+
+def _batch_size() -> int:
+    n = config.get("codec_pipeline.batch_size", 1)
+    return int(n) if n and int(n) > 1 else _DEFAULT_BATCH
+
+
+def _runtime():
+    from . import default_runtime
+
+    return default_runtime()
+
+
+def _dtype_reason(dtype: np.dtype) -> str | None:
+    if dtype.kind not in _KINDS:
+        return f"data type {dtype} (kind {dtype.kind!r}) is not one of fixed-size elements the engine carries"
+    if not dtype.isnative:
+        return f"data type {dtype} is not in native byte order in memory"
+    if dtype.kind == "V" and dtype.fields is None:
+        return f"raw bytes data type {dtype}"
+    return None
+
+
+def _engine_dtype(native) -> np.dtype:
+    import ast
+
+    descr = native.npy_descr
+    return np.dtype(ast.literal_eval(descr) if descr.startswith("[") else descr)
+
+
+def _metadata_document(metadata) -> str:
+    from zarr.core.buffer import default_buffer_prototype
+
+    docs = metadata.to_buffer_dict(default_buffer_prototype())
+    key = "zarr.json" if "zarr.json" in docs else ".zarray"
+    return docs[key].to_bytes().decode()
+
+
+def _fallback_for_metadata(metadata) -> BatchedCodecPipeline:
+    """What zarr-python's create_codec_pipeline makes for `metadata` with its
+    default pipeline."""
+    from zarr.codecs._v2 import V2Codec
+    from zarr.core.array_spec import ArrayConfig, ArraySpec
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.metadata import ArrayV3Metadata
+
+    if isinstance(metadata, ArrayV3Metadata):
+        pipeline = BatchedCodecPipeline.from_codecs(metadata.codecs)
+        grid = metadata.chunk_grid
+        chunk_shape = getattr(grid, "chunk_shape", None) or (1,) * len(metadata.shape)
+        spec = ArraySpec(shape=chunk_shape, dtype=metadata.data_type, fill_value=metadata.fill_value,
+                         config=ArrayConfig.from_dict({}), prototype=default_buffer_prototype())
+    else:
+        pipeline = BatchedCodecPipeline.from_codecs([V2Codec(filters=metadata.filters, compressor=metadata.compressor)])
+        spec = ArraySpec(shape=metadata.chunks, dtype=metadata.dtype, fill_value=metadata.fill_value,
+                         config=ArrayConfig.from_dict({"order": metadata.order}), prototype=default_buffer_prototype())
+    return pipeline.evolve_from_array_spec(spec)
+
+
+def _is_regular(metadata) -> bool:
+    from zarr.core.metadata import ArrayV3Metadata
+
+    if not isinstance(metadata, ArrayV3Metadata):
+        return True
+    return type(metadata.chunk_grid).__name__.startswith("Regular")
+
+
+# ---- selections --------------------------------------------------------------------
+
+def _chunk_box(chunk_shape, selection):
+    """(start, step, count, kept) of a chunk selection of slices and integers
+    (`kept`: the chunk dimensions a slice keeps), or None."""
+    if not isinstance(selection, tuple):
+        selection = (selection,)
+    if len(selection) != len(chunk_shape):
+        return None
+    start, step, count, kept = [], [], [], []
+    for d, (s, n) in enumerate(zip(selection, chunk_shape, strict=True)):
+        if isinstance(s, slice):
+            a, b, st = s.indices(n)
+            if st < 1:
+                return None
+            start.append(a)
+            step.append(st)
+            count.append(len(range(a, b, st)))
+            kept.append(d)
+        elif isinstance(s, (int, np.integer)) and not isinstance(s, (bool, np.bool_)):
+            i = int(s)
+            if i < 0:
+                i += n
+            if not 0 <= i < n:
+                return None
+            start.append(i)
+            step.append(1)
+            count.append(1)
+        else:
+            return None
+    return start, step, count, kept
+
+
+def _as_tuple(selection) -> tuple:
+    return selection if isinstance(selection, tuple) else (selection,)
+
+
+def _is_basic(selection) -> bool:
+    selection = _as_tuple(selection)
+    return all(isinstance(s, slice) or (isinstance(s, (int, np.integer)) and not isinstance(s, (bool, np.bool_)))
+               for s in selection)
+
+
+def _strides_for(view: np.ndarray, kept, count, rank):
+    """The byte strides per chunk dimension of `view`, whose dimensions are
+    the chunk's kept ones; None if its shape is not the box's."""
+    if view.shape != tuple(count[d] for d in kept):
+        return None
+    strides = [0] * rank
+    for d, s in zip(kept, view.strides, strict=True):
+        strides[d] = s
+    return strides
+
+
+def _c_strides(shape, itemsize):
+    strides, s = [], itemsize
+    for n in reversed(shape):
+        strides.append(s)
+        s *= n
+    return strides[::-1]
+
+
+# ---- the pipeline --------------------------------------------------------------------
+
+
+class CodecPipeline(_ZarrCodecPipeline):
+    """zarr-python's CodecPipeline on zarrcoro's engine (see the module).
+
+    Made by zarr-python through ``from_array_metadata_and_store`` (an array:
+    the engine parses its whole v2 or v3 metadata) or ``from_codecs`` (a
+    codec list, e.g. a shard's inner chunks: the engine pipeline is made per
+    chunk spec). Anything the engine does not carry runs through
+    ``fallback``, zarr-python's BatchedCodecPipeline for the same codecs.
+    """
+
+    def __init__(self, *, fallback: BatchedCodecPipeline, metadata=None, native=None, codecs_json=None,
+                 batch_size: int | None = None, store=None):
+        self.fallback = fallback
+        self.metadata = metadata
+        self.store = store
+        # The engine does the store I/O of a LocalStore itself, on its root.
+        from zarr.storage import LocalStore
+
+        self._local = store if native is not None and isinstance(store, LocalStore) else None
+        self._local_root = os.path.abspath(str(store.root)) if self._local is not None else None
+        self._chunk_store = None
+        self._native = native            # the array's engine pipeline (from metadata), or None
+        self._codecs_json = codecs_json  # from_codecs: the v3 codecs list for the engine, or None
+        self._per_spec: dict = {}        # from_codecs: engine pipelines by chunk spec
+        self._batch_size = batch_size
+
+    # -- construction --
+
+    @classmethod
+    def from_codecs(cls, codecs: Iterable, *, batch_size: int | None = None) -> CodecPipeline:
+        fallback = BatchedCodecPipeline.from_codecs(codecs, batch_size=batch_size)
+        return cls(fallback=fallback, codecs_json=cls._codecs_of(fallback), batch_size=batch_size)
+
+    @staticmethod
+    def _codecs_of(fallback) -> str | None:
+        try:
+            return json.dumps([c.to_dict() for c in fallback])
+        except Exception:  # a codec with no v3 form (V2Codec): the fallback runs it
+            return None
+
+    @classmethod
+    def from_array_metadata_and_store(cls, array_metadata, store) -> CodecPipeline:
+        fallback = _fallback_for_metadata(array_metadata)
+        native, reason = None, None
+        try:
+            dtype = array_metadata.dtype.to_native_dtype()
+            reason = _dtype_reason(dtype)
+            if reason is None and not _is_regular(array_metadata):
+                reason = "an irregular chunk grid"
+            if reason is None:
+                native = _zarrcoro.ChunkCodec.from_metadata(_metadata_document(array_metadata))
+                if _engine_dtype(native) != dtype:
+                    reason = f"the engine holds {_engine_dtype(native)} where zarr-python holds {dtype}"
+                    native = None
+        except (ZarrcoroError, ValueError, TypeError, NotImplementedError, SyntaxError) as e:
+            reason, native = str(e), None
+        if native is None:
+            logger.info("zarrcoro.pipeline: an array of %s falls back to zarr-python's BatchedCodecPipeline: %s",
+                        getattr(array_metadata, "dtype", "?"), reason)
+        return cls(fallback=fallback, metadata=array_metadata, native=native, store=store)
+
+    def evolve_from_array_spec(self, array_spec) -> CodecPipeline:
+        if self.metadata is not None:
+            return self
+        fallback = self.fallback.evolve_from_array_spec(array_spec)
+        return type(self)(fallback=fallback, codecs_json=self._codecs_of(fallback), batch_size=self._batch_size)
+
+    def __getstate__(self):
+        return {"fallback": self.fallback, "metadata": self.metadata, "codecs_json": self._codecs_json,
+                "batch_size": self._batch_size, "store": self.store}
+
+    def __setstate__(self, state):
+        if state["metadata"] is not None:
+            other = type(self).from_array_metadata_and_store(state["metadata"], state["store"])
+            self.__dict__.update(other.__dict__)
+        else:
+            self.__init__(fallback=state["fallback"], codecs_json=state["codecs_json"],
+                          batch_size=state["batch_size"])
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CodecPipeline):
+            return NotImplemented
+        return self.fallback == other.fallback and self.metadata == other.metadata
+
+    def __hash__(self) -> int:
+        return hash(self.fallback)
+
+    def __repr__(self) -> str:
+        engine = self._native.describe() if self._native is not None else (
+            "per chunk spec" if self._codecs_json else "none: fallback")
+        return f"zarrcoro.pipeline.CodecPipeline(engine={engine}, fallback={self.fallback!r})"
+
+    # -- what zarr-python asks of the codecs --
+
+    @property
+    def supports_partial_decode(self) -> bool:
+        return self.fallback.supports_partial_decode
+
+    @property
+    def supports_partial_encode(self) -> bool:
+        return self.fallback.supports_partial_encode
+
+    def __iter__(self) -> Iterator:
+        return iter(self.fallback)
+
+    def validate(self, *, shape, dtype, chunk_grid) -> None:
+        self.fallback.validate(shape=shape, dtype=dtype, chunk_grid=chunk_grid)
+
+    def compute_encoded_size(self, byte_length: int, array_spec) -> int:
+        return self.fallback.compute_encoded_size(byte_length, array_spec)
+
+    # -- the engine pipeline of a chunk spec --
+
+    def _native_for(self, spec):
+        """The engine pipeline for chunks of `spec`, or None: then the fallback runs them."""
+        if spec.prototype.nd_buffer is not _cpu.NDBuffer:
+            return None
+        if self._native is not None:
+            return self._native if tuple(spec.shape) == tuple(self._native.chunk_shape) else None
+        if self._codecs_json is None:
+            return None
+        try:
+            key = spec._key()
+            hash(key)
+        except TypeError:
+            return None
+        if key in self._per_spec:
+            return self._per_spec[key]
+        native = None
+        try:
+            dtype = spec.dtype.to_native_dtype()
+            if _dtype_reason(dtype) is None:
+                from zarr.core.chunk_utils import fill_value_or_default
+
+                fill = np.asarray(fill_value_or_default(spec), dtype=dtype).tobytes()
+                native = _zarrcoro.ChunkCodec.from_codecs(self._codecs_json, json.dumps(spec.dtype.to_json(zarr_format=3)),
+                                                          list(spec.shape), fill)
+                if _engine_dtype(native) != dtype:
+                    native = None
+        except (ZarrcoroError, ValueError, TypeError, NotImplementedError, SyntaxError):
+            native = None
+        if len(self._per_spec) > 64:
+            self._per_spec.clear()
+        self._per_spec[key] = native
+        return native
+
+    def _engine_store(self, batch, writing=False):
+        """The engine's file store when it can do this batch's I/O itself: every
+        chunk of the array's LocalStore (writable, to write), else None."""
+        local = self._local
+        if local is None or (writing and local.read_only):
+            return None
+        from zarr.storage._common import StorePath
+
+        if not all(isinstance(bg, StorePath) and bg.store is local for bg, *_ in batch):
+            return None
+        if self._chunk_store is None:
+            self._chunk_store = _zarrcoro.ChunkStore(_runtime()._native, self._local_root)
+        return self._chunk_store
+
+    async def _run_store(self, native, method, store, items):
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        getattr(native, method)(store, items, loop, future)
+        return await future
+
+    async def _run(self, native, method, items):
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        getattr(native, method)(_runtime()._native, items, loop, future)
+        return await future
+
+    # -- decode / encode --
+
+    async def decode(self, chunk_bytes_and_specs):
+        pairs = list(chunk_bytes_and_specs)
+        natives = [self._native_for(spec) for _, spec in pairs]
+        if not pairs or any(n is None for n in natives) or len({id(n) for n in natives}) != 1:
+            return await self.fallback.decode(pairs)
+        native = natives[0]
+        dtype = pairs[0][1].dtype.to_native_dtype()
+        out, items = [], []
+        for k, (buf, spec) in enumerate(pairs):
+            if buf is None:
+                out.append(None)
+                continue
+            arr = np.empty(spec.shape, dtype=dtype, order=spec.order)
+            items.append((str(k), buf.as_numpy_array(), arr, 0, list(arr.strides), ([], [], [])))
+            out.append(spec.prototype.nd_buffer.from_numpy_array(arr))
+        if items:
+            await self._run(native, "decode", items)
+        return out
+
+    async def encode(self, chunk_arrays_and_specs):
+        pairs = list(chunk_arrays_and_specs)
+        natives = [self._native_for(spec) for _, spec in pairs]
+        if not pairs or any(n is None for n in natives) or len({id(n) for n in natives}) != 1:
+            return await self.fallback.encode(pairs)
+        native = natives[0]
+        items, where = [], []
+        for k, (chunk, spec) in enumerate(pairs):
+            if chunk is None:
+                continue
+            arr = chunk.as_numpy_array()
+            if arr.shape != tuple(spec.shape) or arr.dtype != spec.dtype.to_native_dtype():
+                return await self.fallback.encode(pairs)
+            items.append((str(k), None, arr, 0, list(arr.strides), ([], [], []), False))
+            where.append(k)
+        out = [None] * len(pairs)
+        if items:
+            encoded = await self._run(native, "encode", items)
+            for k, e in zip(where, encoded, strict=True):
+                out[k] = None if e is None else pairs[k][1].prototype.buffer.from_array_like(e)
+        return out
+
+    # -- read --
+
+    async def read(self, batch_info, out, drop_axes=()):
+        batch = list(batch_info)
+        if not batch:
+            return ()
+        out_arr = self._engine_array(out, batch)
+        if out_arr is None:
+            return await self.fallback.read(batch, out, drop_axes)
+        natives = [self._native_for(spec) for _, spec, *_ in batch]
+        if any(n is None for n in natives):
+            return await self.fallback.read(batch, out, drop_axes)
+        size = self._batch_size or _batch_size()
+        parts = [(batch[i:i + size], natives[i:i + size]) for i in range(0, len(batch), size)]
+        results = await asyncio.gather(*(self._read_batch(b, n, out_arr, drop_axes) for b, n in parts))
+        return tuple(r for part in results for r in part)
+
+    def _engine_array(self, out, batch):
+        """The NumPy array behind `out` if the engine can write it, else None."""
+        if not isinstance(out, _cpu.NDBuffer):
+            return None
+        arr = out.as_numpy_array()
+        spec = batch[0][1]
+        if arr.dtype != spec.dtype.to_native_dtype() or not arr.flags.writeable:
+            return None
+        return arr
+
+    async def _read_batch(self, batch, natives, out_arr, drop_axes):
+        store = self._engine_store(batch)
+        if store is None:  # fetched through zarr-python's store, decoded by the engine
+            bufs = await concurrent_map([(bg, spec.prototype) for bg, spec, *_ in batch],
+                                        lambda bg, prototype: bg.get(prototype=prototype),
+                                        config.get("async.concurrency"))
+            encoded = [None if buf is None else buf.as_numpy_array() for buf in bufs]
+        else:  # read by the engine from its own file store
+            encoded = [None] * len(batch)
+        groups: dict[int, tuple[Any, list, list]] = {}
+        copies = []  # (chunk array, chunk selection, out selection): fancy selections, copied by NumPy
+        for k, ((bg, spec, chunk_sel, out_sel, _), native) in enumerate(zip(batch, natives, strict=True)):
+            key = getattr(bg, "path", "")
+            item = None
+            box = _chunk_box(spec.shape, chunk_sel) if not drop_axes and _is_basic(out_sel) else None
+            if box is not None:
+                start, step, count, kept = box
+                view = out_arr[(*_as_tuple(out_sel), Ellipsis)]  # a view, also where every index is an integer
+                strides = _strides_for(view, kept, count, len(spec.shape))
+                if strides is not None:
+                    item = (key, encoded[k], view, 0, strides, (start, step, count))
+            if item is None:
+                chunk = np.empty(spec.shape, dtype=out_arr.dtype)
+                item = (key, encoded[k], chunk, 0, _c_strides(spec.shape, chunk.itemsize), ([], [], []))
+                copies.append((chunk, chunk_sel, out_sel))
+            group = groups.setdefault(id(native), (native, [], []))
+            group[1].append(item)
+            group[2].append(k)
+        if store is None:
+            await asyncio.gather(*(self._run(native, "decode", items) for native, items, _ in groups.values()))
+            present = [e is not None for e in encoded]
+        else:
+            present = [False] * len(batch)
+            found = await asyncio.gather(*(self._run_store(native, "read", store, items)
+                                           for native, items, _ in groups.values()))
+            for (_, _, where), flags in zip(groups.values(), found, strict=True):
+                for k, f in zip(where, flags, strict=True):
+                    present[k] = f
+        for chunk, chunk_sel, out_sel in copies:
+            selected = chunk[chunk_sel]
+            if drop_axes:
+                selected = selected.squeeze(axis=drop_axes)
+            out_arr[out_sel] = selected
+        return [{"status": "present" if p else "missing"} for p in present]
+
+    # -- write --
+
+    async def write(self, batch_info, value, drop_axes=()):
+        batch = list(batch_info)
+        if not batch:
+            return
+        natives = [self._native_for(spec) for _, spec, *_ in batch]
+        value_arr = value.as_numpy_array() if isinstance(value, _cpu.NDBuffer) else None
+        if (any(n is None for n in natives) or value_arr is None or drop_axes
+                or value_arr.dtype != batch[0][1].dtype.to_native_dtype()
+                or not all(_is_basic(c) and _is_basic(o) for _, _, c, o, _ in batch)):
+            return await self.fallback.write(batch, value, drop_axes)
+        size = self._batch_size or _batch_size()
+        await asyncio.gather(*(self._write_batch(batch[i:i + size], natives[i:i + size], value_arr)
+                               for i in range(0, len(batch), size)))
+
+    async def _write_batch(self, batch, natives, value_arr):
+        store = self._engine_store(batch, writing=True)
+
+        async def existing_of(bs, prototype, complete):
+            return None if complete else await bs.get(prototype=prototype)
+
+        if store is None:
+            existing = await concurrent_map([(bs, spec.prototype, complete) for bs, spec, _, _, complete in batch],
+                                            existing_of, config.get("async.concurrency"))
+        else:  # the engine reads what it must merge into
+            existing = [None] * len(batch)
+        groups: dict[int, tuple[Any, list, list]] = {}
+        for k, ((bs, spec, chunk_sel, out_sel, _), native, old) in enumerate(zip(batch, natives, existing, strict=True)):
+            start, step, count, kept = _chunk_box(spec.shape, chunk_sel)
+            target = tuple(count[d] for d in kept)
+            source = value_arr if value_arr.shape == () else value_arr[(*_as_tuple(out_sel), Ellipsis)]
+            view = np.broadcast_to(source, target)
+            strides = _strides_for(view, kept, count, len(spec.shape))
+            item = (getattr(bs, "path", ""), None if old is None else old.as_numpy_array(), view, 0, strides,
+                    (start, step, count), not spec.config.write_empty_chunks)
+            group = groups.setdefault(id(native), (native, [], []))
+            group[1].append(item)
+            group[2].append(k)
+        if store is not None:
+            await asyncio.gather(*(self._run_store(native, "write", store, items) for native, items, _ in groups.values()))
+            return
+        encoded = [None] * len(batch)
+        results = await asyncio.gather(*(self._run(native, "encode", items) for native, items, _ in groups.values()))
+        for (_, _, where), chunks in zip(groups.values(), results, strict=True):
+            for k, e in zip(where, chunks, strict=True):
+                encoded[k] = e
+
+        async def store_one(bs, prototype, chunk):
+            if chunk is None:
+                await bs.delete()
+            else:
+                await bs.set(prototype.buffer.from_array_like(chunk))
+
+        await concurrent_map([(bs, spec.prototype, e) for (bs, spec, *_), e in zip(batch, encoded, strict=True)],
+                             store_one, config.get("async.concurrency"))
+
+
+register_pipeline(CodecPipeline)
