@@ -9,15 +9,17 @@
   with its defaults except TensorStore's file_io_sync, turned off so that it
   does not fsync each chunk as no other engine does.
 
-Every engine's `run(workload, target, check)` returns (seconds, data): the
-time of the operation alone (arrays are opened before, and a Python
-engine's result is freed after the clock stops) and, when `check` is set,
-what it read, flat or in shape, for the driver to compare.
+Every engine's `run(workload, target, check)` returns (seconds, cpu_seconds,
+data): the wall-clock time of the operation alone (arrays are opened before,
+and a Python engine's result is freed after the clock stops), the CPU time
+its process spent meanwhile (all threads), and, when `check` is set, what
+it read, flat or in shape, for the driver to compare.
 """
 import concurrent.futures
 import dataclasses
 import json
 import os
+import resource
 import subprocess
 import time
 
@@ -82,41 +84,37 @@ class PythonEngine(Engine):
 
     def run(self, w, target=None, check=False):
         shared = w.array
+        out = None
         with self.context():
             if w.op == "read":
                 h = self.handle(shared.path, shared)
-                t0 = time.perf_counter()
-                out = self.read_all(h)
-                return time.perf_counter() - t0, out
-            if w.op == "write":
+                with Stopwatch() as t:
+                    out = self.read_all(h)
+            elif w.op == "write":
                 h = self.handle(target, shared)
-                t0 = time.perf_counter()
-                self.write_all(h, shared.data)
-                return time.perf_counter() - t0, None
-            if w.op == "round_trip":
+                with Stopwatch() as t:
+                    self.write_all(h, shared.data)
+            elif w.op == "round_trip":
                 src, dst = self.handle(shared.path, shared), self.handle(target, shared)
-                t0 = time.perf_counter()
-                data = self.read_all(src)
-                self.write_all(dst, data)
-                return time.perf_counter() - t0, None
-            if w.op == "regions":
+                with Stopwatch() as t:
+                    self.write_all(dst, self.read_all(src))
+            elif w.op == "regions":
                 h = self.handle(shared.path, shared)
-                return self._regions(h, w.regions, w.threads, check)
-            if w.op == "mem_write":
+                t, out = self._regions(h, w.regions, w.threads, check)
+            elif w.op == "mem_write":
                 h = self.create_in_memory(shared)
-                t0 = time.perf_counter()
-                self.write_all(h, shared.data)
-                seconds = time.perf_counter() - t0
+                with Stopwatch() as t:
+                    self.write_all(h, shared.data)
                 self._memory[shared.name] = h
-                return seconds, None
-            if w.op == "mem_read":
+            elif w.op == "mem_read":
                 if shared.name not in self._memory:  # written first, untimed
                     self.run(dataclasses.replace(w, op="mem_write"))
                 h = self._memory[shared.name]
-                t0 = time.perf_counter()
-                out = self.read_all(h)
-                return time.perf_counter() - t0, out
-        raise ValueError("unknown op " + w.op)
+                with Stopwatch() as t:
+                    out = self.read_all(h)
+            else:
+                raise ValueError("unknown op " + w.op)
+        return t.seconds, t.cpu_seconds, out
 
     def _regions(self, h, regions, threads, keep):
         boxes = [box_slices(r) for r in regions]
@@ -128,16 +126,35 @@ class PythonEngine(Engine):
                 if keep:
                     out[i] = part
 
-        t0 = time.perf_counter()
-        if threads == 1:
-            worker(0)
-        else:
-            list(self._pool.map(worker, range(threads)))
-        seconds = time.perf_counter() - t0
-        return seconds, np.concatenate([p.ravel() for p in out]) if keep else None
+        with Stopwatch() as t:
+            if threads == 1:
+                worker(0)
+            else:
+                list(self._pool.map(worker, range(threads)))
+        return t, np.concatenate([p.ravel() for p in out]) if keep else None
 
     def close(self):
         self._pool.shutdown()
+
+
+class Stopwatch:
+    """The wall-clock time of a `with` block, and the CPU time (user + system)
+    of the whole process in it: every thread, the engine's own included."""
+
+    def __enter__(self):
+        self._cpu = _cpu()
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self.seconds = time.perf_counter() - self._t0
+        self.cpu_seconds = _cpu() - self._cpu
+        return False
+
+
+def _cpu():
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
 
 
 class _NoContext:
@@ -271,9 +288,9 @@ class ZarrcoroPythonEngine(PythonEngine):
 class CppProgram:
     """build/perf/zarrcoro_peers, one process, one command at a time."""
 
-    def __init__(self, exe, scratch):
+    def __init__(self, exe, scratch, args=()):
         self.scratch = scratch
-        self.proc = subprocess.Popen([exe], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.proc = subprocess.Popen([exe, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
         hello = json.loads(self.proc.stdout.readline())
         self.hardware_threads = hello["hardware_threads"]
 
@@ -287,17 +304,18 @@ class CppProgram:
             raise NotAvailable(answer["na"])
         if "error" in answer:
             raise RuntimeError(answer["error"])
-        return answer["seconds"]
+        return answer["seconds"], answer["cpu_seconds"]
 
     def call_dump(self, cmd, dtype, check):
-        """Runs cmd; with `check`, has it dump what it read and returns that."""
+        """Runs cmd: (seconds, cpu seconds, data); with `check`, it dumps what it
+        read, and `data` is that."""
         if not check:
-            return self.call(cmd), None
+            return (*self.call(cmd), None)
         dump = os.path.join(self.scratch, "dump.bin")
-        seconds = self.call(dict(cmd, dump=dump))
+        seconds, cpu = self.call(dict(cmd, dump=dump))
         data = np.fromfile(dump, dtype=dtype)
         os.unlink(dump)
-        return seconds, data
+        return seconds, cpu, data
 
     def close(self):
         if self.proc.poll() is None:
@@ -317,24 +335,22 @@ class ZarrcoroCppEngine(Engine):
     def run(self, w, target=None, check=False):
         a = w.array
         if w.op == "read":
-            seconds, data = self.p.call_dump({"op": "read", "array": a.path}, a.data.dtype, check)
-            return seconds, None if data is None else data.reshape(a.data.shape)
+            return self.p.call_dump({"op": "read", "array": a.path}, a.data.dtype, check)
         if w.op == "write":
-            return self.p.call({"op": "write", "array": target, "source": a.source}), None
+            return (*self.p.call({"op": "write", "array": target, "source": a.source}), None)
         if w.op == "round_trip":
-            return self.p.call({"op": "round_trip", "src": a.path, "dst": target}), None
+            return (*self.p.call({"op": "round_trip", "src": a.path, "dst": target}), None)
         if w.op == "regions":
             return self.p.call_dump({"op": "regions", "array": a.path, "regions": w.regions, "threads": w.threads},
                                     a.data.dtype, check)
         if w.op == "mem_write":
-            seconds = self.p.call({"op": "mem_write", "name": a.name, "meta": a.metadata_doc, "source": a.source})
+            timing = self.p.call({"op": "mem_write", "name": a.name, "meta": a.metadata_doc, "source": a.source})
             self.in_memory.add(a.name)
-            return seconds, None
+            return (*timing, None)
         if w.op == "mem_read":
             if a.name not in self.in_memory:  # written first, untimed
                 self.run(dataclasses.replace(w, op="mem_write"))
-            seconds, data = self.p.call_dump({"op": "mem_read", "name": a.name}, a.data.dtype, check)
-            return seconds, None if data is None else data.reshape(a.data.shape)
+            return self.p.call_dump({"op": "mem_read", "name": a.name}, a.data.dtype, check)
         raise ValueError("unknown op " + w.op)
 
 
@@ -373,4 +389,4 @@ class LimitEngine(Engine):
             cmd = memory if self.kind == "raw" else (read if w.op == "mem_read" else write)
         else:
             raise ValueError("unknown op " + w.op)
-        return self.p.call(cmd), None
+        return (*self.p.call(cmd), None)

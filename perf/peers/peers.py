@@ -20,8 +20,7 @@ run in interleaved rounds (each round every engine once, the order rotated
 by one per round) and the table shows the median of the rounds. The page
 cache is warm: every file has been written or read before the rounds, and
 the machine has the memory to keep them all. Before each timed write the
-engine's directory is emptied and the file systems synced (untimed), so that
-no engine pays for another's writeback.
+engine's directory is emptied of chunks (untimed).
 
 The table's last columns are zarrcoro's time over the fastest peer's (the
 fastest of TensorStore, zarrs, zarr-python and its fused pipeline): the
@@ -54,13 +53,19 @@ LEGEND = ("zarrcoro: the C++ engine, blocking API; zc python: its Python binding
 
 @dataclasses.dataclass
 class Cell:
-    """One (workload, engine): the seconds of each round, or why there are none."""
+    """One (workload, engine): the seconds (wall clock, and CPU time of the
+    engine's process) of each round, or why there are none."""
     rounds: list = dataclasses.field(default_factory=list)
+    cpu_rounds: list = dataclasses.field(default_factory=list)
     reason: str = None
 
     @property
     def seconds(self):
         return statistics.median(self.rounds) if self.rounds and not self.reason else None
+
+    @property
+    def cpu_seconds(self):
+        return statistics.median(self.cpu_rounds) if self.cpu_rounds and not self.reason else None
 
 
 def make_engines(program):
@@ -85,13 +90,13 @@ def read_back(path):
 def check(engine, w, target):
     """Runs the workload once, untimed, and compares what it read or wrote
     with the data. Raises NotAvailable with the reason when it cannot."""
-    _, got = engine.run(w, target, check=True)
+    _, _, got = engine.run(w, target, check=True)
     if engine.role == "limit":
         return
     if w.op in ("write", "round_trip"):
         got = read_back(target)
     elif w.op == "mem_write":
-        _, got = engine.run(dataclasses.replace(w, op="mem_read"), check=True)
+        _, _, got = engine.run(dataclasses.replace(w, op="mem_read"), check=True)
     expected = w.expected()
     if got is None or got.size != expected.size or not np.array_equal(np.asarray(got).reshape(expected.shape),
                                                                        expected):
@@ -131,16 +136,16 @@ def run_workload(w, engines, rounds, root, log):
             cell = cells[e.key]
             if cell.reason:
                 continue
-            if target:  # a write starts from an empty directory and a clean page cache
+            if target:  # a write starts from an empty directory
                 wl.clear_chunks(target)
-                os.sync()
             gc.collect()
             try:
-                seconds, _ = e.run(w, target)
+                seconds, cpu, _ = e.run(w, target)
             except Exception as x:
                 cell.reason = "failed in round %d: %s: %s" % (r + 1, type(x).__name__, short(x))
                 continue
             cell.rounds.append(seconds)
+            cell.cpu_rounds.append(cpu)
     log("  %-28s %s" % (w.name, "  ".join("%s %s" % (e.label, fmt(cells[e.key].seconds)) for e in engines)))
     return cells
 
@@ -164,13 +169,17 @@ def fastest_peer(engines, cells):
     return min(times) if times else (None, None)
 
 
-def ratio(engine, engines, cells):
+def ratio(engine, engines, cells, cpu=False):
+    """zarrcoro's seconds over the fastest peer's (with `cpu`: their CPU seconds)."""
     s = cells[engine.key].seconds
-    best, _ = fastest_peer(engines, cells)
+    best, label = fastest_peer(engines, cells)
+    if cpu and s and best:
+        s = cells[engine.key].cpu_seconds
+        best = [cells[e.key].cpu_seconds for e in engines if e.label == label][0]
     return s / best if s and best else None
 
 
-def table(workloads, engines, results, rounds):
+def table(workloads, engines, results, rounds, cpu=False):
     zc = [e for e in engines if e.role == "zarrcoro"]
     header = ["workload"] + [e.label for e in engines] + ["%s/peer" % ("C++" if e.key == "zarrcoro" else "py")
                                                           for e in zc]
@@ -185,15 +194,20 @@ def table(workloads, engines, results, rounds):
                     notes.append(cell.reason)
                 row.append("n/a[%d]" % (notes.index(cell.reason) + 1))
             else:
-                row.append(fmt(cell.seconds))
+                row.append(fmt(cell.cpu_seconds if cpu else cell.seconds))
         for e in zc:
-            r = ratio(e, engines, cells)
+            r = ratio(e, engines, cells, cpu)
             row.append("-" if r is None else "%.2f%s" % (r, "*" if r > TARGET else ""))
         rows.append(row)
     widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
     lines = ["  ".join(h.ljust(widths[0]) if i == 0 else h.rjust(widths[i]) for i, h in enumerate(header))]
     lines += ["  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(r)) for r in rows]
     lines.append("")
+    if cpu:
+        lines.append("CPU seconds (user + system, all threads of the engine's process) in the same rounds, median; "
+                     "ratios: zarrcoro's over\nthe CPU seconds of the peer fastest by the clock (* = above %.1f)"
+                     % TARGET)
+        return "\n".join(lines)
     lines.append("seconds: median of %d interleaved rounds, warm page cache; ratios: zarrcoro / fastest peer "
                  "(target <= %.1f, * = missed)" % (rounds, TARGET))
     lines.append(LEGEND)
@@ -211,7 +225,7 @@ def records(workloads, engines, results, args):
             cell = cells[e.key]
             rec = {"benchmark": "peers", "workload": w.name, "engine": e.key, "role": e.role,
                    "seconds": cell.seconds, "min_seconds": min(cell.rounds) if cell.seconds else None,
-                   "rounds": cell.rounds,
+                   "rounds": cell.rounds, "cpu_seconds": cell.cpu_seconds, "cpu_rounds": cell.cpu_rounds,
                    "available": cell.reason is None, "reason": cell.reason,
                    "op": w.op, "threads": w.threads, "note": w.note, "quick": args.quick}
             if e.role == "zarrcoro":
@@ -265,6 +279,10 @@ def main():
     ap.add_argument("--rounds", type=int, help="interleaved rounds (default 9, 7 with --quick)")
     ap.add_argument("--only", default="", help="comma-separated substrings: only the workloads whose name has one")
     ap.add_argument("--size", type=int, help="edge of the zarr_benchmarks arrays (default 512, 256 with --quick)")
+    ap.add_argument("--cpu", action="store_true", help="also print the table of CPU seconds")
+    ap.add_argument("--no-codec-sched-idle", action="store_true",
+                    help="zarrcoro's C++ engine with its codec threads under the normal policy (nice 10), not "
+                         "SCHED_IDLE (the binding keeps its default)")
     ap.add_argument("--dir", default=None, help="parent of the temporary directory (default: the system's)")
     args = ap.parse_args()
     rounds = args.rounds or (7 if args.quick else 9)
@@ -278,7 +296,7 @@ def main():
     program = None
     engines = []
     try:
-        program = CppProgram(args.cpp, root)
+        program = CppProgram(args.cpp, root, ["--no-codec-sched-idle"] if args.no_codec_sched_idle else [])
         engines = make_engines(program)
         log("machine: %s, %d hardware threads, load average %s" % (platform.machine(), os.cpu_count(),
                                                                      load_average()))
@@ -291,6 +309,9 @@ def main():
             % (load_average(), stolen_seconds() - stolen_at_start))
         print()
         print(table(work, engines, results, rounds))
+        if args.cpu:
+            print()
+            print(table(work, engines, results, rounds, cpu=True))
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(records(work, engines, results, args), f, indent=1)

@@ -91,13 +91,15 @@ fi
 exe=$build/perf/zarrcoro_peers
 [ -x "$exe" ] || { echo "run.sh: $exe is missing" >&2; exit 1; }
 
+# The binding: the build tree's when it has one (an import error there is
+# shown in the binding's column, not papered over), else the venv's, installed
+# once with pip install ./python.
 pythonpath=""
-if [ -d "$build/python/zarrcoro" ] &&
-   PYTHONPATH="$build/python" "$venv/bin/python" -c 'import zarrcoro._zarrcoro' 2>/dev/null; then
+if [ -d "$build/python/zarrcoro" ]; then
   pythonpath=$build/python
   echo "run.sh: the zarrcoro Python binding of the build tree ($pythonpath)"
 elif "$venv/bin/python" -c 'import zarrcoro._zarrcoro' 2>/dev/null; then
-  echo "run.sh: the zarrcoro Python binding installed in $venv"
+  echo "run.sh: the zarrcoro Python binding installed in $venv (pip install ./python; uninstall it to refresh)"
 else
   echo "run.sh: pip install ./python into $venv (builds the engine: several minutes)"
   "$venv/bin/pip" install -q --disable-pip-version-check "$repo/python" ||

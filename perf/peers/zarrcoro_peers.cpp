@@ -3,7 +3,8 @@
 // It times zarrcoro's engine through its blocking API, and the raw and
 // codec-only limits, on commands it reads from stdin, one JSON object per
 // line; it answers each with one JSON line on stdout:
-//   {"seconds": S}            the timed part of the command
+//   {"seconds": S, "cpu_seconds": C}  the timed part of the command: wall-clock
+//                             time, and the CPU time of the whole process
 //   {"na": "reason"}          the command does not apply (e.g. a codec limit
 //                             of an array without a codec)
 //   {"error": "message"}      it failed
@@ -11,7 +12,8 @@
 // bytes read, written to a file for the driver to compare) are not timed.
 //
 // Engine commands (zarrcoro: one Runtime with default options for the
-// process, one FilesystemStore per array directory, opened once):
+// process, but codec_sched_idle off with --no-codec-sched-idle; one
+// FilesystemStore per array directory, opened once):
 //   {"op": "read", "array": DIR[, "dump": FILE]}  whole array into a fresh buffer
 //   {"op": "write", "array": DIR, "source": FILE}  whole array from FILE's raw bytes
 //   {"op": "round_trip", "src": DIR, "dst": DIR}  read src whole, write it to dst
@@ -42,6 +44,7 @@
 //   {"op": "quit"}
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -131,6 +134,30 @@ void write_file(const fs::path& path, ByteSpan data) {
   f.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
   if (!f) throw std::runtime_error("cannot write " + path.string());
 }
+
+// The wall-clock and CPU time (user + system, every thread of the process:
+// the caller's, the runtime's I/O and codec threads, the file store's) of
+// the timed part of a command.
+struct Timing {
+  double wall = 0, cpu = 0;
+  Timing& operator+=(const Timing& o) {
+    wall += o.wall, cpu += o.cpu;
+    return *this;
+  }
+};
+
+double cpu_seconds() {
+  rusage ru{};
+  ::getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+}
+
+struct Stopwatch {
+  Clock::time_point t0 = Clock::now();
+  double cpu0 = cpu_seconds();
+  Timing elapsed() const { return {seconds_since(t0), cpu_seconds() - cpu0}; }
+};
 
 // A fresh output buffer, allocated as numpy.empty allocates one, so that the
 // engine's reads fault in the same pages as the Python engines' do: malloc,
@@ -367,12 +394,14 @@ void raw_write_file(const StoredFile& f, const fs::path& dst, unsigned long tag)
 
 class Peers {
  public:
+  explicit Peers(const RuntimeOptions& options) : rt_(options) {}
+
   // Answers one command: the seconds of its timed part.
-  double run(const json& cmd) {
+  Timing run(const json& cmd) {
     const std::string op = cmd.at("op");
     const unsigned threads = cmd.value("threads", 1u);
     if (op == "seq") {
-      double total = 0;
+      Timing total;
       for (const auto& c : cmd.at("ops")) total += run(c);
       return total;
     }
@@ -380,17 +409,17 @@ class Peers {
     if (op == "write") {
       const Array a = array(cmd.at("array"));
       const Bytes& src = source(cmd.at("source"));
-      const auto t0 = Clock::now();
+      const Stopwatch t0;
       a.write_blocking(Region::all(a.shape()), src);
-      return seconds_since(t0);
+      return t0.elapsed();
     }
     if (op == "round_trip") {
       const Array src = array(cmd.at("src")), dst = array(cmd.at("dst"));
-      const auto t0 = Clock::now();
+      const Stopwatch t0;
       const FreshBuffer buf(product(src.shape()) * src.dtype().size());
       src.read_blocking(Region::all(src.shape()), buf.span());
       dst.write_blocking(Region::all(dst.shape()), buf.span());
-      return seconds_since(t0);
+      return t0.elapsed();
     }
     if (op == "regions") return read_regions(array(cmd.at("array")), regions(cmd), threads, dump_of(cmd));
     if (op == "mem_write") {
@@ -400,9 +429,9 @@ class Peers {
                                : ArrayMetadata::from_json(doc, "zarr.json");
       const Array a = Array::create_blocking(rt_, std::make_shared<MemoryStore>(), "", meta);
       const Bytes& src = source(cmd.at("source"));
-      const auto t0 = Clock::now();
+      const Stopwatch t0;
       a.write_blocking(Region::all(a.shape()), src);
-      const double s = seconds_since(t0);
+      const Timing s = t0.elapsed();
       memory_[cmd.at("name")] = a;
       return s;
     }
@@ -415,30 +444,30 @@ class Peers {
   }
 
  private:
-  double limit(const std::string& op, const json& cmd, unsigned threads) {
+  Timing limit(const std::string& op, const json& cmd, unsigned threads) {
     Layout& l = layout(cmd.at("array"));
     if (op == "raw_read") {
-      const auto t0 = Clock::now();
+      const Stopwatch t0;
       parallel(threads, l.files.size(), [&](std::size_t i) { raw_read_file(l.files[i]); });
-      return seconds_since(t0);
+      return t0.elapsed();
     }
     if (op == "codec_read") {
       require_codec(l);
       const auto segs = all_segments(l);
-      const auto t0 = Clock::now();
+      const Stopwatch t0;
       parallel(threads, segs.size(), [&](std::size_t i) {
         const StoredFile& f = l.files[segs[i].first];
         const Segment& s = f.segments[segs[i].second];
         decode(l, f.data.data() + s.offset, s.length, scratch(l.chunk_bytes));
       });
-      return seconds_since(t0);
+      return t0.elapsed();
     }
     if (op == "raw_write") {
       const fs::path dst = cmd.at("dst").get<std::string>();
       for (const auto& f : l.files) fs::create_directories((dst / f.key).parent_path());
-      const auto t0 = Clock::now();
+      const Stopwatch t0;
       parallel(threads, l.files.size(), [&](std::size_t i) { raw_write_file(l.files[i], dst, i); });
-      return seconds_since(t0);
+      return t0.elapsed();
     }
     if (op == "codec_write") {
       require_codec(l);
@@ -453,20 +482,20 @@ class Peers {
         }
       }
       const std::size_t bound = ZSTD_compressBound(l.chunk_bytes);
-      const auto t0 = Clock::now();
+      const Stopwatch t0;
       parallel(threads, segs.size(), [&](std::size_t i) {
         const std::size_t n = ZSTD_compressCCtx(cctx(), scratch(bound), bound, l.decoded[i].data(), l.chunk_bytes,
                                                 *l.zstd_level);
         if (ZSTD_isError(n)) throw std::runtime_error("zstd: cannot encode a chunk");
       });
-      return seconds_since(t0);
+      return t0.elapsed();
     }
     if (op == "raw_regions" || op == "codec_regions") {
       const bool codec = op == "codec_regions";
       if (codec) require_codec(l);
       std::vector<std::vector<std::pair<std::size_t, std::vector<std::size_t>>>> plans;
       for (const Region& r : regions(cmd)) plans.push_back(touched(l, r));
-      const auto t0 = Clock::now();
+      const Stopwatch t0;
       parallel(threads, plans.size(), [&](std::size_t i) {
         for (const auto& [file, inner] : plans[i]) {
           const StoredFile& f = l.files[file];
@@ -478,7 +507,7 @@ class Peers {
             decode(l, f.data.data() + f.segments[k].offset, f.segments[k].length, scratch(l.chunk_bytes));
         }
       });
-      return seconds_since(t0);
+      return t0.elapsed();
     }
     if (op == "memcpy") {
       std::vector<std::size_t> offsets;
@@ -488,32 +517,32 @@ class Peers {
         memcpy_target_.resize(total);
         std::memset(memcpy_target_.data(), 0, total);  // resident before timing
       }
-      const auto t0 = Clock::now();
+      const Stopwatch t0;
       parallel(threads, l.files.size(), [&](std::size_t i) {
         std::memcpy(memcpy_target_.data() + offsets[i], l.files[i].data.data(), l.files[i].data.size());
       });
-      return seconds_since(t0);
+      return t0.elapsed();
     }
     throw std::runtime_error("unknown op " + op);
   }
 
-  double read_all(const Array& a, const std::string& dump) {
-    const auto t0 = Clock::now();
+  Timing read_all(const Array& a, const std::string& dump) {
+    const Stopwatch t0;
     const FreshBuffer buf(product(a.shape()) * a.dtype().size());  // faulted in by the read
     a.read_blocking(Region::all(a.shape()), buf.span());
-    const double s = seconds_since(t0);
+    const Timing s = t0.elapsed();
     if (!dump.empty()) write_file(dump, buf.span());
     return s;
   }
 
-  double read_regions(const Array& a, const std::vector<Region>& rs, unsigned threads, const std::string& dump) {
+  Timing read_regions(const Array& a, const std::vector<Region>& rs, unsigned threads, const std::string& dump) {
     std::vector<NdArray> kept(dump.empty() ? 0 : rs.size());
-    const auto t0 = Clock::now();
+    const Stopwatch t0;
     parallel(threads, rs.size(), [&](std::size_t i) {
       NdArray part = a.read_blocking(rs[i]);
       if (!kept.empty()) kept[i] = std::move(part);
     });
-    const double s = seconds_since(t0);
+    const Timing s = t0.elapsed();
     if (!dump.empty()) {
       std::ofstream f(dump, std::ios::binary | std::ios::trunc);
       for (const auto& p : kept)
@@ -562,11 +591,17 @@ class Peers {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc > 1) {
-    std::fprintf(stderr, "usage: %s < commands (JSON lines; see the source's header)\n", argv[0]);
-    return 2;
+  RuntimeOptions options;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--no-codec-sched-idle") == 0) {
+      options.codec_sched_idle = false;
+    } else {
+      std::fprintf(stderr, "usage: %s [--no-codec-sched-idle] < commands (JSON lines; see the source's header)\n",
+                   argv[0]);
+      return 2;
+    }
   }
-  Peers peers;
+  Peers peers(options);
   std::printf("{\"ready\": true, \"hardware_threads\": %u}\n", std::thread::hardware_concurrency());
   std::fflush(stdout);
   for (std::string line; std::getline(std::cin, line);) {
@@ -575,7 +610,8 @@ int main(int argc, char** argv) {
     try {
       const json cmd = json::parse(line);
       if (cmd.at("op") == "quit") break;
-      answer["seconds"] = peers.run(cmd);
+      const Timing t = peers.run(cmd);
+      answer = {{"seconds", t.wall}, {"cpu_seconds", t.cpu}};
     } catch (const NotApplicable& na) {
       answer = {{"na", na.reason}};
     } catch (const std::exception& e) {
