@@ -12,6 +12,7 @@
 
 #include <zarrcoro/array.hpp>
 #include <zarrcoro/error.hpp>
+#include <zarrcoro/group.hpp>
 #include <zarrcoro/runtime.hpp>
 
 #include "engine/blocking.hpp"
