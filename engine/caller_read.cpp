@@ -10,6 +10,7 @@
 #include "engine/chunk_op.hpp"
 #include "engine/engine_state.hpp"
 #include "engine/placement.hpp"
+#include "engine/runtime_access.hpp"
 
 namespace zarrcoro::detail {
 
@@ -40,7 +41,7 @@ bool read_on_caller(const Array::State& st, const ChunkParts& parts, const Regio
       rethrow_with_key(std::current_exception(), key);
     }
   }
-  st.rt->engine().scheduler.counters().caller_reads.fetch_add(1, std::memory_order_relaxed);
+  RuntimeAccess::engine(*st.rt).scheduler.counters().caller_reads.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 

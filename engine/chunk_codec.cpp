@@ -22,6 +22,7 @@
 #include "core/checked.hpp"
 #include "engine/engine_state.hpp"
 #include "engine/node.hpp"
+#include "engine/runtime_access.hpp"
 
 namespace zarrcoro {
 
@@ -421,7 +422,7 @@ void work(const std::shared_ptr<Job>& job) {
 constexpr std::uint64_t kFanoutBytes = std::uint64_t{128} << 10;
 
 void submit(Runtime& rt, std::shared_ptr<Job> job, std::uint64_t batch_bytes) {
-  auto& counters = rt.engine().scheduler.counters();
+  auto& counters = detail::RuntimeAccess::engine(rt).scheduler.counters();
   job->counters = &counters;
   if (job->n == 0) {  // nothing to run: complete through the pool all the same
     asio::post(rt.codec_executor(), [job] { std::move (*job->handler)(std::exception_ptr()); });
@@ -444,7 +445,7 @@ void submit(Runtime& rt, std::shared_ptr<Job> job, std::uint64_t batch_bytes) {
 
 // Counts an item as the scheduler counts a chunk task.
 void count(Runtime& rt, bool computes) {
-  auto& counters = rt.engine().scheduler.counters();
+  auto& counters = detail::RuntimeAccess::engine(rt).scheduler.counters();
   counters.chunks.fetch_add(1, std::memory_order_relaxed);
   if (computes) {
     counters.codec_calls.fetch_add(1, std::memory_order_relaxed);

@@ -12,6 +12,8 @@
 
 #include <zarrcoro/error.hpp>
 
+#include "engine/runtime_access.hpp"
+
 namespace zarrcoro::detail {
 
 namespace asio = boost::asio;
@@ -28,7 +30,7 @@ using asio::use_awaitable;
 
 ChunkOp::ChunkOp(std::shared_ptr<const Array::State> st, ChunkParts parts)
     : st_(std::move(st)),
-      engine_(st_->rt->engine()),
+      engine_(RuntimeAccess::engine(*st_->rt)),
       strand_(st_->rt->serialized_io() ? Strand(st_->rt->io_executor())
                                        : Strand(asio::make_strand(st_->rt->io_context()))),
       parts_(std::move(parts)),

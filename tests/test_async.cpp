@@ -31,7 +31,7 @@
 #include <zarrcoro/store/filesystem.hpp>
 #include <zarrcoro/store/memory.hpp>
 
-#include "engine/engine_state.hpp"
+#include "engine/runtime_access.hpp"
 #include "support.hpp"
 
 using namespace zarrcoro;
@@ -501,7 +501,7 @@ TEST_CASE("a read whose last batch decodes on the pool completes from there, whi
   std::atomic<int> hooked{0};
   // While the first inner chunk decodes, the I/O thread runs a handler that
   // waits for io_free: it runs nothing else until the test ends.
-  rt.engine().scheduler.part_hook = [&](const detail::ChunkTask&, std::size_t k) {
+  detail::RuntimeAccess::engine(rt).scheduler.part_hook = [&](const detail::ChunkTask&, std::size_t k) {
     if (k == 0 && hooked++ == 0) asio::post(rt.io_executor(), [free_io] { free_io.wait(); });
   };
   std::vector<std::int32_t> back(OneShard::kN);
@@ -533,7 +533,7 @@ TEST_CASE("a read whose last batch decodes on the pool completes from there, whi
     std::memcpy(back.data(), r.data.data(), r.data.size());
   }
   client_thread.join();
-  rt.engine().scheduler.part_hook = nullptr;
+  detail::RuntimeAccess::engine(rt).scheduler.part_hook = nullptr;
   REQUIRE(hooked == 1);  // the shard decoded in parts, the I/O thread was held
   CHECK(completed_while_io_busy);
   CHECK(back == shard.data);
@@ -590,7 +590,7 @@ TEST_CASE("a callback of a read handed off to the pool still runs when the Runti
   std::atomic<int> hooked{0};
   // The decode waits until ~Runtime has begun, and a while after, so that
   // the I/O threads would have ended if the read did not hold them.
-  rt->engine().scheduler.part_hook = [&](const detail::ChunkTask&, std::size_t k) {
+  detail::RuntimeAccess::engine(*rt).scheduler.part_hook = [&](const detail::ChunkTask&, std::size_t k) {
     if (k != 0 || hooked++ != 0) return;
     while (!destroying) std::this_thread::sleep_for(1ms);
     std::this_thread::sleep_for(test::scaled(200ms));
@@ -622,14 +622,14 @@ TEST_CASE("a read whose last batch fails to be submitted completes with the erro
   options.max_inflight_bytes = OneShard::kN * sizeof(std::int32_t);  // one shard: a leak would block the next read
   Runtime rt(options);
   OneShard shard(rt);
-  rt.engine().scheduler.fault_hook = [](std::string_view point) {
+  detail::RuntimeAccess::engine(rt).scheduler.fault_hook = [](std::string_view point) {
     if (point == "queue") throw std::bad_alloc();
   };
   std::vector<std::int32_t> back(OneShard::kN);
   auto done = shard.array.async_read(Region::all({OneShard::kN}), as_writable(back), asio::use_future);
   REQUIRE(done.wait_for(test::scaled(30s)) == std::future_status::ready);
   CHECK_THROWS_AS(done.get(), std::bad_alloc);
-  rt.engine().scheduler.fault_hook = nullptr;
+  detail::RuntimeAccess::engine(rt).scheduler.fault_hook = nullptr;
   auto again = shard.array.async_read(Region::all({OneShard::kN}), as_writable(back), asio::use_future);
   REQUIRE(again.wait_for(test::scaled(30s)) == std::future_status::ready);
   again.get();
@@ -651,13 +651,13 @@ TEST_CASE("a scheduler that cannot post its flush or build a pool job fails no r
   options.max_inflight_bytes = OneShard::kN * sizeof(std::int32_t);  // one shard: a leak would block the next read
   Runtime rt(options);
   OneShard shard(rt);
-  rt.engine().scheduler.fault_hook = [point](std::string_view at) {
+  detail::RuntimeAccess::engine(rt).scheduler.fault_hook = [point](std::string_view at) {
     if (at == point) throw std::bad_alloc();
   };
   std::vector<std::int32_t> back(OneShard::kN, -1);
   auto first = shard.array.async_read(Region::all({OneShard::kN}), as_writable(back), asio::use_future);
   REQUIRE(first.wait_for(test::scaled(30s)) == std::future_status::ready);
-  rt.engine().scheduler.fault_hook = nullptr;
+  detail::RuntimeAccess::engine(rt).scheduler.fault_hook = nullptr;
   if (point == "post") {  // flushed at once instead: the read is whole
     first.get();
     CHECK(back == shard.data);
@@ -669,7 +669,7 @@ TEST_CASE("a scheduler that cannot post its flush or build a pool job fails no r
   REQUIRE(second.wait_for(test::scaled(30s)) == std::future_status::ready);
   second.get();
   CHECK(again == shard.data);
-  const auto& counters = rt.engine().scheduler.counters();
+  const auto& counters = detail::RuntimeAccess::engine(rt).scheduler.counters();
   wait_until([&] { return counters.queue_depth.load() == 0; });  // (a job counts until its last task is done)
 }
 
@@ -684,7 +684,7 @@ TEST_CASE("a read cancelled while its last batch decodes completes with Cancelle
   OneShard shard(rt);
   std::vector<std::int32_t> out(OneShard::kN, 0x5a5a5a5a);
   asio::cancellation_signal cancel;
-  rt.engine().scheduler.part_hook = [&](const detail::ChunkTask&, std::size_t k) {
+  detail::RuntimeAccess::engine(rt).scheduler.part_hook = [&](const detail::ChunkTask&, std::size_t k) {
     if (k != cancel_at) return;
     on_io_thread(rt, [&] { cancel.emit(asio::cancellation_type::terminal); });
     on_io_thread(rt, [] {});  // and whatever the emission posted there
@@ -692,7 +692,7 @@ TEST_CASE("a read cancelled while its last batch decodes completes with Cancelle
   auto done = shard.array.async_read(Region::all({OneShard::kN}), as_writable(out),
                                      asio::bind_cancellation_slot(cancel.slot(), asio::use_future));
   REQUIRE(done.wait_for(test::scaled(30s)) == std::future_status::ready);
-  rt.engine().scheduler.part_hook = nullptr;
+  detail::RuntimeAccess::engine(rt).scheduler.part_hook = nullptr;
   CHECK_THROWS_AS(done.get(), Cancelled);
   const auto second = std::span(out).subspan(16384);
   const bool second_untouched = std::all_of(second.begin(), second.end(), [](std::int32_t v) { return v == 0x5a5a5a5a; });

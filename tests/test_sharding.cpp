@@ -24,7 +24,7 @@
 #include <zarrcoro/store/filesystem.hpp>
 #include <zarrcoro/store/memory.hpp>
 
-#include "engine/engine_state.hpp"
+#include "engine/runtime_access.hpp"
 #include "in_place_store.hpp"
 #include "support.hpp"
 
@@ -579,7 +579,7 @@ struct PartLog {
   bool all_on_codec_threads = true;
 
   explicit PartLog(Runtime& rt, bool rendezvous) : rt_(rt) {
-    rt.engine().scheduler.part_hook = [this, rendezvous](const detail::ChunkTask&, std::size_t k) {
+    detail::RuntimeAccess::engine(rt).scheduler.part_hook = [this, rendezvous](const detail::ChunkTask&, std::size_t k) {
       std::unique_lock lk(mu);
       ++parts[k];
       threads.insert(std::this_thread::get_id());
@@ -588,7 +588,7 @@ struct PartLog {
       if (rendezvous) cv.wait_for(lk, test::scaled(std::chrono::milliseconds(10000)), [&] { return threads.size() > 1; });
     };
   }
-  ~PartLog() { rt_.engine().scheduler.part_hook = nullptr; }
+  ~PartLog() { detail::RuntimeAccess::engine(rt_).scheduler.part_hook = nullptr; }
 
  private:
   Runtime& rt_;

@@ -45,6 +45,7 @@ namespace zarrcoro {
 
 namespace detail {
 struct EngineState;
+struct RuntimeAccess;  // engine/runtime_access.hpp: the engine's (and tests') way in
 }
 
 // Where chunk codec work runs. `batched` is the design; the others exist so
@@ -178,9 +179,9 @@ class Runtime {
   // else on the same cores).
   void pause_loop_lag(bool paused);
 
-  detail::EngineState& engine();  // engine internal: scheduler, limits, key locks
-
  private:
+  friend struct detail::RuntimeAccess;
+  detail::EngineState& engine();  // engine internal: scheduler, limits, key locks
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
