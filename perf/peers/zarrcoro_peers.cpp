@@ -13,7 +13,8 @@
 //
 // Engine commands (zarrcoro: one Runtime with default options for the
 // process, but codec_sched_idle off with --no-codec-sched-idle; one
-// FilesystemStore per array directory, opened once):
+// FilesystemStore per array directory, opened once, without io_uring with
+// --no-io-uring):
 //   {"op": "read", "array": DIR[, "dump": FILE]}  whole array into a fresh buffer
 //   {"op": "write", "array": DIR, "source": FILE}  whole array from FILE's raw bytes
 //   {"op": "round_trip", "src": DIR, "dst": DIR}  read src whole, write it to dst
@@ -51,11 +52,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -98,13 +101,74 @@ std::uint64_t product(const std::vector<std::uint64_t>& v) {
   return n;
 }
 
+// Threads for the limits' loops, started once: a loop's time holds no
+// thread creation. run(n, fn) runs fn on the caller and n - 1 workers, and
+// returns when all n are done.
+class Workers {
+ public:
+  ~Workers() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+
+  void run(unsigned n, const std::function<void()>& fn) {
+    n = std::max(1u, n);
+    while (threads_.size() < n - 1) threads_.emplace_back(&Workers::loop, this, static_cast<unsigned>(threads_.size()));
+    {
+      std::lock_guard lock(mutex_);
+      job_ = &fn;
+      active_ = pending_ = n - 1;
+      ++generation_;
+    }
+    wake_.notify_all();
+    fn();
+    std::unique_lock lock(mutex_);
+    done_.wait(lock, [&] { return pending_ == 0; });
+  }
+
+ private:
+  void loop(unsigned index) {
+    std::uint64_t seen = 0;
+    for (;;) {
+      const std::function<void()>* job;
+      {
+        std::unique_lock lock(mutex_);
+        wake_.wait(lock, [&] { return stop_ || (generation_ != seen && index < active_); });
+        if (stop_) return;
+        seen = generation_;
+        job = job_;
+      }
+      (*job)();
+      std::lock_guard lock(mutex_);
+      if (--pending_ == 0) done_.notify_one();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_, done_;
+  std::vector<std::thread> threads_;
+  const std::function<void()>* job_ = nullptr;
+  unsigned active_ = 0, pending_ = 0;
+  std::uint64_t generation_ = 0;
+  bool stop_ = false;
+};
+
+Workers& workers() {
+  static Workers w;
+  return w;
+}
+
 // Runs fn(i) for i in [0, n) on `threads` threads that take indices in turn.
 template <class Fn>
 void parallel(unsigned threads, std::size_t n, Fn&& fn) {
   std::atomic<std::size_t> next{0};
   std::exception_ptr error;
   std::mutex error_mutex;
-  auto work = [&] {
+  const std::function<void()> work = [&] {
     try {
       for (std::size_t i; (i = next++) < n;) fn(i);
     } catch (...) {
@@ -113,10 +177,7 @@ void parallel(unsigned threads, std::size_t n, Fn&& fn) {
       next = n;
     }
   };
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < std::max(1u, threads); ++t) pool.emplace_back(work);
-  work();
-  for (auto& th : pool) th.join();
+  workers().run(threads, work);
   if (error) std::rethrow_exception(error);
 }
 
@@ -394,7 +455,7 @@ void raw_write_file(const StoredFile& f, const fs::path& dst, unsigned long tag)
 
 class Peers {
  public:
-  explicit Peers(const RuntimeOptions& options) : rt_(options) {}
+  Peers(const RuntimeOptions& options, const FilesystemOptions& fs_options) : rt_(options), fs_options_(fs_options) {}
 
   // Answers one command: the seconds of its timed part.
   Timing run(const json& cmd) {
@@ -563,7 +624,7 @@ class Peers {
   Array array(const std::string& dir) {
     auto it = arrays_.find(dir);
     if (it == arrays_.end()) {
-      auto store = std::make_shared<FilesystemStore>(rt_.io_executor(), dir);
+      auto store = std::make_shared<FilesystemStore>(rt_.io_executor(), dir, fs_options_);
       it = arrays_.emplace(dir, Array::open_blocking(rt_, std::move(store), "")).first;
     }
     return it->second;
@@ -582,6 +643,7 @@ class Peers {
   }
 
   Runtime rt_;
+  FilesystemOptions fs_options_;
   std::map<std::string, Array> arrays_, memory_;
   std::map<std::string, Bytes> sources_;
   std::map<std::string, std::unique_ptr<Layout>> layouts_;
@@ -592,16 +654,21 @@ class Peers {
 
 int main(int argc, char** argv) {
   RuntimeOptions options;
+  FilesystemOptions fs_options;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--no-codec-sched-idle") == 0) {
       options.codec_sched_idle = false;
+    } else if (std::strcmp(argv[i], "--no-io-uring") == 0) {
+      fs_options.use_io_uring = false;
     } else {
-      std::fprintf(stderr, "usage: %s [--no-codec-sched-idle] < commands (JSON lines; see the source's header)\n",
+      std::fprintf(stderr,
+                   "usage: %s [--no-codec-sched-idle] [--no-io-uring] < commands (JSON lines; see the source's "
+                   "header)\n",
                    argv[0]);
       return 2;
     }
   }
-  Peers peers(options);
+  Peers peers(options, fs_options);
   std::printf("{\"ready\": true, \"hardware_threads\": %u}\n", std::thread::hardware_concurrency());
   std::fflush(stdout);
   for (std::string line; std::getline(std::cin, line);) {
