@@ -104,7 +104,7 @@ def ramp_noise(shape, seed):
 
 def write_shared(root, name, data, zarr_format, compressor, chunks, shards=None):
     """Writes `data` as a fresh array at root/name with zarr-python 3 (default
-    pipeline), and its raw bytes to root/name.bin."""
+    pipeline), and its raw bytes to a .bin file beside it (one per data)."""
     path = os.path.join(root, name)
     if zarr_format == 2:
         compressors = "auto" if compressor == "zstd" else None  # "auto": zarr-python 3.4's v2 default, zstd(0)
@@ -117,8 +117,9 @@ def write_shared(root, name, data, zarr_format, compressor, chunks, shards=None)
                               compressors=compressors, fill_value=0, zarr_format=zarr_format, overwrite=True,
                               **kwargs)
         a[...] = data
-    source = path + ".bin"
-    data.tofile(source)
+    source = os.path.join(root, "data_%x.bin" % id(data))
+    if not os.path.exists(source):
+        data.tofile(source)
     return SharedArray(name, path, data, source, zarr_format, compressor, tuple(chunks),
                        tuple(shards) if shards else None)
 
