@@ -19,9 +19,9 @@ workload, or gets other data, is shown so, with the reason. Then the engines
 run in interleaved rounds (each round every engine once, the order rotated
 by one per round) and the table shows the median of the rounds. The page
 cache is warm: every file has been written or read before the rounds, and
-the machine has the memory to keep them all (by default they are on tmpfs,
-/dev/shm: see default_parent). Before each timed write the engine's
-directory is emptied of chunks (untimed).
+the machine has the memory to keep them all. The engines write into
+directories of their own, by default on tmpfs (see write_parent), emptied
+of chunks before each timed write (untimed).
 
 The table's last columns are zarrcoro's time over the fastest peer's (the
 fastest of TensorStore, zarrs, zarr-python and its fused pipeline): the
@@ -112,7 +112,7 @@ def short(e):
 
 # ---- one workload ------------------------------------------------------------------------------
 
-def run_workload(w, engines, rounds, root, log):
+def run_workload(w, engines, rounds, write_root, log):
     cells = {e.key: Cell() for e in engines}
     active = []
     for e in engines:
@@ -120,7 +120,7 @@ def run_workload(w, engines, rounds, root, log):
         if e.unavailable:
             cell.reason = e.unavailable
             continue
-        target = wl.engine_dir(w.array, e.key, root) if w.op in ("write", "round_trip") else None
+        target = wl.engine_dir(w.array, e.key, write_root) if w.op in ("write", "round_trip") else None
         try:
             if target:
                 wl.clear_chunks(target)
@@ -279,13 +279,17 @@ def load_average():
         return "n/a"
 
 
-def default_parent(quick):
-    """tmpfs (/dev/shm) when it has room for the run, else the system's
-    temporary directory. On tmpfs the page cache is warm by construction, and
-    writes meet no journal and no ext4 inode allocator, which, when the rounds
-    delete files and create others within 30 s, makes each creation slower
-    by an amount that depends on where the directory lies, not on the engine."""
-    need = (3 if quick else 8) << 30
+def write_parent(quick):
+    """Where the engines write: tmpfs (/dev/shm) when it has room, else the
+    system's temporary directory. The rounds delete what an engine wrote and
+    write it again; on an ext4 without a journal (this VM's), a file created
+    within 30 s of other files' deletion in its inode group makes the
+    allocator step over each of them, so creations get slower round after
+    round by an amount set by where the directory lies, not by the engine.
+    tmpfs has no such allocator. (Reads stay on the system's temporary
+    directory: tmpfs refuses preadv2's RWF_NOWAIT, which zarrcoro's file
+    store uses to tell a page-cached file from one it would wait for.)"""
+    need = (1 if quick else 3) << 30
     try:
         if shutil.disk_usage("/dev/shm").free > need and os.access("/dev/shm", os.W_OK):
             return "/dev/shm"
@@ -321,8 +325,10 @@ def main():
     ap.add_argument("--no-io-uring", action="store_true",
                     help="zarrcoro's C++ engine with its file store's blocking fallback pool instead of io_uring")
     ap.add_argument("--dir", default=None,
-                    help="parent of the temporary directory (default: /dev/shm when it has room, else the system's "
-                         "temporary directory)")
+                    help="parent of the temporary directory of the shared arrays (default: the system's)")
+    ap.add_argument("--write-dir", default=None,
+                    help="parent of the temporary directory the engines write into (default: /dev/shm when it has "
+                         "room, else the system's temporary directory)")
     args = ap.parse_args()
     rounds = args.rounds or (7 if args.quick else 9)
     start = time.monotonic()
@@ -331,20 +337,21 @@ def main():
         print("[%5.0fs] %s" % (time.monotonic() - start, text), flush=True)
 
     stolen_at_start = stolen_seconds()
-    root = tempfile.mkdtemp(prefix="zarrcoro-peers-", dir=args.dir or default_parent(args.quick))
+    root = tempfile.mkdtemp(prefix="zarrcoro-peers-", dir=args.dir)
+    write_root = tempfile.mkdtemp(prefix="zarrcoro-peers-writes-", dir=args.write_dir or write_parent(args.quick))
     program = None
     engines = []
     try:
         cpp_args = ["--no-codec-sched-idle"] * args.no_codec_sched_idle + ["--no-io-uring"] * args.no_io_uring
         program = CppProgram(args.cpp, root, cpp_args)
         engines = make_engines(program)
-        log("machine: %s, %d hardware threads, load average %s; arrays in %s" % (
-            platform.machine(), os.cpu_count(), load_average(), root))
+        log("machine: %s, %d hardware threads, load average %s; shared arrays in %s, writes in %s" % (
+            platform.machine(), os.cpu_count(), load_average(), root, write_root))
         log("versions: " + ", ".join("%s %s" % kv for kv in versions(engines).items()))
         work = wl.build(root, args.quick, [s for s in args.only.split(",") if s], args.size, log=log)
         results = {}
         for w in work:
-            results[w.name] = run_workload(w, engines, rounds, root, log)
+            results[w.name] = run_workload(w, engines, rounds, write_root, log)
         log("done, load average %s; the VM's host took %.1f s of CPU time during the run (steal)"
             % (load_average(), stolen_seconds() - stolen_at_start))
         print()
@@ -363,6 +370,7 @@ def main():
         if program:
             program.close()
         shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(write_root, ignore_errors=True)
     return 0
 
 

@@ -10,14 +10,14 @@ Three families, scaled by --quick:
 - "mvce": zarr-python issue #4293's example: 1,000,000 int32 in 1000 chunks
   of 1000, as v2 without a compressor, v2 with zarr-python 3.4's default
   compressor (zstd level 0) and v3 without a compressor; written and read
-  whole, in a memory store and on disk;
+  whole, in a memory store and in files ("file": a file store);
 - "4194": zarr-python issue #4194's pattern: 1 and 8 threads reading one
   chunk per call, 4 MiB zstd chunks and 4 KiB uncompressed chunks.
 
 The shared arrays are written once by zarr-python (default pipeline); every
 engine reads those same files. Writes go into a directory per engine holding
 a copy of the shared array's metadata documents, emptied of chunks before
-each write.
+each write (peers.py chooses where: by default on tmpfs).
 """
 import dataclasses
 import os
@@ -212,7 +212,7 @@ def build(root, quick, only=(), size=None, log=print):
     mvce_data = np.arange(1_000_000, dtype=np.int32)
     for label, fmt, codec in (("v2-none", 2, "none"), ("v2-default", 2, "zstd"), ("v3-none", 3, "none")):
         specs = [("mvce/%s/%s/%s" % (op, label, store), ("mem_" + op) if store == "mem" else op, {})
-                 for store in ("mem", "disk") for op in ("write", "read")]
+                 for store in ("mem", "file") for op in ("write", "read")]
         add(lambda l=label, f=fmt, c=codec: write_shared(root, "mvce_" + l.replace("-", "_"), mvce_data, f, c,
                                                         (1000,)), specs)
 
