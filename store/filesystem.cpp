@@ -6,7 +6,9 @@
 
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -100,6 +102,9 @@ FilesystemStore::FilesystemStore(asio::any_io_executor io, fs::path root, Filesy
   if (ec) throw StoreError("", "root", "cannot resolve " + in_quotes(root) + ": " + ec.message());
   if (root_.filename().empty()) root_ = root_.parent_path();  // drop a trailing '/'
   root_fd(false);
+  struct statfs fs_info {};
+  in_memory_ = ::statfs(root_.c_str(), &fs_info) == 0 &&
+               (fs_info.f_type == TMPFS_MAGIC || fs_info.f_type == RAMFS_MAGIC);
   if (openat2_ && !openat2_works()) openat2_ = false;  // an old kernel, or a seccomp filter refusing it
   if (uring_)
     if (auto why = probe_uring(io_)) disable_uring(why->c_str());

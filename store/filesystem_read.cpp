@@ -204,7 +204,7 @@ bool FilesystemStore::read_cached(const std::string& key, int fd, const ByteExte
   ReadTarget out(into, e.size());
   std::size_t done = 0;
   int err = 0;
-  if (read_into(fd, out.span(), e.begin, done, true, err) && done < e.size()) {
+  if (read_into(fd, out.span(), e.begin, done, !in_memory_, err) && done < e.size()) {
     if (err == EOPNOTSUPP) nowait_reads_ = false;  // the file system cannot say (NFS, FUSE)
     if (err == EAGAIN || err == EOPNOTSUPP) return false;
     fail(key, "cannot read " + in_quotes(root_ / key), err);
@@ -223,7 +223,8 @@ bool FilesystemStore::read_cached(const std::string& key, int fd, const ByteExte
 // read asks for one byte more than its buffer holds: getting fewer means
 // the end of the file, unless the count is a multiple of the page size,
 // where a read without waiting may also stop at a page that is not cached:
-// one more read of the next byte must then find the end. (An empty read
+// one more read of the next byte must then find the end (not on tmpfs or
+// ramfs, where every page is in memory and reads are plain). (An empty read
 // goes the usual way too: a device such as /dev/null reads empty without
 // waiting, and only the usual path refuses what is not a regular file.)
 std::optional<ReadResult> FilesystemStore::read_whole_now(const std::string& key, const ReadOptions& options) const {
@@ -241,9 +242,10 @@ std::optional<ReadResult> FilesystemStore::read_whole_now(const std::string& key
   const MutableByteSpan buf = options.into.empty() ? MutableByteSpan(own) : options.into;
   std::byte beyond{};
   iovec iov[2] = {{buf.data(), buf.size()}, {&beyond, 1}};
-  auto read_at = [fd](iovec* v, int n, std::uint64_t at) {
+  const int flags = in_memory_ ? 0 : RWF_NOWAIT;
+  auto read_at = [fd, flags](iovec* v, int n, std::uint64_t at) {
     ssize_t got;
-    do got = ::preadv2(fd, v, n, static_cast<off_t>(at), RWF_NOWAIT);
+    do got = ::preadv2(fd, v, n, static_cast<off_t>(at), flags);
     while (got < 0 && errno == EINTR);
     return got;
   };
@@ -255,7 +257,7 @@ std::optional<ReadResult> FilesystemStore::read_whole_now(const std::string& key
   if (n <= 0 || static_cast<std::size_t>(n) > buf.size()) return std::nullopt;
   static const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
   const auto size = static_cast<std::size_t>(n);
-  if (size % page == 0 && read_at(iov + 1, 1, size) != 0) return std::nullopt;
+  if (!in_memory_ && size % page == 0 && read_at(iov + 1, 1, size) != 0) return std::nullopt;
   if (options.into.empty()) {
     own.resize(size);
     result.value = std::move(own);

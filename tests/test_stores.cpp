@@ -10,7 +10,9 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1080,6 +1082,46 @@ TEST_CASE("FilesystemStore: try_read_now with caches_only declines a path the ke
   REQUIRE(missing);
   CHECK_FALSE(missing->value);
   CHECK(missing->generation == Generation::absent());
+}
+
+TEST_CASE("FilesystemStore on tmpfs answers small reads at once (tmpfs refuses RWF_NOWAIT: every read went the long way)",
+          "[stores][filesystem][regression]") {
+  struct statfs shm {};
+  if (::statfs("/dev/shm", &shm) != 0 || shm.f_type != TMPFS_MAGIC) {
+    WARN("SKIPPED: no tmpfs at /dev/shm");
+    return;
+  }
+  std::string tmpl = "/dev/shm/zarrcoro-stores-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl.data()));
+  struct Remove {
+    std::string path;
+    ~Remove() { std::filesystem::remove_all(path); }
+  } remove{tmpl};
+  StoreHarness h(filesystem_factory(tmpl, kUring));
+  auto* store = store_answering_now(h);
+  if (!store) return;
+  Bytes value(4096);
+  for (std::size_t i = 0; i < value.size(); ++i) value[i] = std::byte(i * 13);
+  h.set("c/0", value);
+  Bytes into(value.size());
+  ReadOptions whole;  // as the engine reads a chunk: into its place, no generation
+  whole.need_generation = false;
+  whole.into = into;
+  for (const bool cached : {false, true}) {
+    INFO("caches_only " << cached);
+    std::fill(into.begin(), into.end(), std::byte{0});
+    whole.caches_only = cached;
+    const auto now = store->try_read_now("c/0", whole);
+    REQUIRE(now);
+    CHECK(now->in_place);
+    CHECK(into == value);
+  }
+  ReadOptions with_generation;
+  const auto versioned = store->try_read_now("c/0", with_generation);
+  REQUIRE(versioned);
+  REQUIRE(versioned->value);
+  CHECK(*versioned->value == value);
+  CHECK(versioned->generation == h.read("c/0").generation);
 }
 
 TEST_CASE("FilesystemStore: try_read_now_many answers every page-cached small file of a large batch with its bytes",

@@ -143,7 +143,9 @@ class FilesystemStore : public Store {
   // blocking fallback pool, nullopt. With ReadOptions::caches_only the open
   // too must not wait: the path must be in the kernel's lookup cache
   // (openat2 RESOLVE_CACHED, Linux >= 5.12; nullopt where the kernel cannot
-  // promise it). A whole value whose ReadOptions::into
+  // promise it). A root on tmpfs or ramfs, which hold every page in memory
+  // and refuse RWF_NOWAIT, is read with plain reads (a page swapped out
+  // would then be waited for). A whole value whose ReadOptions::into
   // or size_hint is above 256 KiB is nullopt at once, with no system call.
   // A whole value read into
   // ReadOptions::into without need_generation costs open, read and close
@@ -251,6 +253,9 @@ class FilesystemStore : public Store {
   mutable std::atomic<int> root_fd_{-1};
   std::atomic<bool> nowait_writes_{true};  // pwritev2(RWF_NOWAIT) is worth trying
   mutable std::atomic<bool> nowait_reads_{true};  // preadv2(RWF_NOWAIT) is supported
+  // The root is on tmpfs or ramfs: every page is in memory, and those file
+  // systems refuse RWF_NOWAIT, so reads that must not wait read plainly.
+  bool in_memory_ = false;
   std::atomic<bool> uring_;
   boost::asio::thread_pool pool_;
 };
