@@ -125,28 +125,27 @@ void FilesystemStore::disable_uring(const char* why) {
 
 std::string FilesystemStore::url() const { return "file://" + root_.string(); }
 
-// Whether openat2(2) can be used here: kernels before 5.6 lack it, and some
-// container seccomp profiles refuse it with EPERM.
-bool FilesystemStore::openat2_works() {
+namespace {
+
+// Whether openat2(2) opens `path` with `resolve` flags here.
+bool openat2_opens(const char* path, std::uint64_t resolve) {
   open_how how{};
   how.flags = O_PATH | O_CLOEXEC;
-  how.resolve = RESOLVE_NO_MAGICLINKS;
-  const long fd = ::syscall(SYS_openat2, AT_FDCWD, ".", &how, sizeof how);
+  how.resolve = resolve;
+  const long fd = ::syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how);
   if (fd < 0) return false;
   ::close(static_cast<int>(fd));
   return true;
 }
 
+}  // namespace
+
+// Whether openat2(2) can be used here: kernels before 5.6 lack it, and some
+// container seccomp profiles refuse it with EPERM.
+bool FilesystemStore::openat2_works() { return openat2_opens(".", RESOLVE_NO_MAGICLINKS); }
+
 bool FilesystemStore::resolves_cached() {
-  static const bool works = [] {
-    open_how how{};
-    how.flags = O_PATH | O_CLOEXEC;
-    how.resolve = RESOLVE_CACHED;
-    const long fd = ::syscall(SYS_openat2, AT_FDCWD, "/", &how, sizeof how);
-    if (fd < 0) return false;
-    ::close(static_cast<int>(fd));
-    return true;
-  }();
+  static const bool works = openat2_opens("/", RESOLVE_CACHED);
   return works;
 }
 
