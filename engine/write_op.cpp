@@ -125,14 +125,25 @@ class WriteOp final : public ChunkOp {
         }
         return;
       }
-      thread_local Bytes chunk;
-      chunk.resize(st_->chunk_bytes());
-      if (t.existing) {
-        st_->pipeline->decode(*t.existing, chunk);
+      // A trivial pipeline (bytes in native order, nothing else) encodes as
+      // a plain copy: gather straight into the encoded buffer and skip
+      // encode, one copy of the data instead of two. An existing chunk of
+      // the right size is then already its own decoding.
+      const bool trivial = st_->pipeline->is_trivial();
+      thread_local Bytes scratch;
+      Bytes& chunk = trivial ? t.encoded : scratch;
+      if (trivial && t.existing && t.existing->size() == st_->chunk_bytes()) {
+        chunk = std::move(*t.existing);
         t.existing.reset();
-      } else if (!std::equal(p.shape.begin(), p.shape.end(), spec.shape.begin())) {
-        // New chunk (or an edge chunk): out-of-bounds and untouched parts hold the fill value.
-        fill_elements(chunk.data(), spec.num_elements(), st_->fill.data(), es);
+      } else {
+        chunk.resize(st_->chunk_bytes());
+        if (t.existing) {
+          st_->pipeline->decode(*t.existing, chunk);
+          t.existing.reset();
+        } else if (!std::equal(p.shape.begin(), p.shape.end(), spec.shape.begin())) {
+          // New chunk (or an edge chunk): out-of-bounds and untouched parts hold the fill value.
+          fill_elements(chunk.data(), spec.num_elements(), st_->fill.data(), es);
+        }
       }
       copy_box(in_.data(), region_shape_, p.out_start, chunk.data(), spec.shape, p.chunk_start,
                        p.shape, es);
@@ -140,7 +151,7 @@ class WriteOp final : public ChunkOp {
         t.erase = true;
         return;
       }
-      st_->pipeline->encode(chunk, t.encoded);
+      if (!trivial) st_->pipeline->encode(chunk, t.encoded);
     } catch (...) {
       rethrow_with_key(std::current_exception(), t.key);
     }
