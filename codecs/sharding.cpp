@@ -1,6 +1,7 @@
 // sharding_indexed (Zarr v3 sharding_indexed codec spec; see sharding.hpp).
 #include "codecs/sharding.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include <zarrcoro/error.hpp>
@@ -192,8 +193,48 @@ bool ShardingCodec::update(const ArraySpec& spec, std::optional<ByteSpan> existi
   auto is_fill = [&](ByteSpan c) {
     return spec.dtype.is_variable_length() ? all_views_equal(c, fill_text) : all_equal(c, fill.data(), es);
   };
+  // The shard is assembled in its final buffer: the index's room first (at
+  // the start) or last (at the end), each stored inner chunk memcpy'd once
+  // at its offset. Its size is bounded before the first piece (the kept
+  // bytes of `existing` plus the touched inner chunks at their fixed
+  // encoded size), so it never reallocates then; a compressing inner
+  // pipeline grows it by hand (memcpy, not Bytes' per-element moves). A
+  // trivial inner pipeline (a plain copy) gathers each inner chunk straight
+  // into the shard.
+  const std::uint64_t inner_bytes = inner_->chunk_spec().num_bytes();
+  const bool direct = inner_->is_trivial() && inner_->encoded_size() == static_cast<std::int64_t>(inner_bytes);
+  const std::int64_t fixed = inner_->encoded_size();
+  std::uint64_t touched_chunks = 1;
+  for (std::size_t d = 0; d < r; ++d) {
+    const std::uint64_t first = shard_start[d] / chunk_shape_[d];
+    const std::uint64_t last = box[d] == 0 ? first : (shard_start[d] + box[d] - 1) / chunk_shape_[d] + 1;
+    touched_chunks *= last - first;
+  }
+  std::uint64_t bound = index_bytes_ + (existing ? existing->size() : 0);
+  bound += touched_chunks * (fixed >= 0 ? static_cast<std::uint64_t>(fixed) : inner_bytes);
+  Bytes shard;
+  shard.reserve(bound);
+  shard.resize(index_at_start_ ? index_bytes_ : 0);
+  // Room for `n` more bytes at the end of `shard`; returns where it starts.
+  auto grow = [&](std::size_t n) -> std::size_t {
+    const std::size_t at = shard.size();
+    if (at + n > shard.capacity()) {
+      Bytes bigger;
+      bigger.reserve(std::max(at + n, 2 * shard.capacity()));
+      bigger.resize(at);
+      if (at) std::memcpy(bigger.data(), shard.data(), at);
+      shard.swap(bigger);
+    }
+    shard.resize(at + n);
+    return at;
+  };
+  auto append = [&](ByteSpan piece) {
+    const std::size_t at = grow(piece.size());
+    if (!piece.empty()) std::memcpy(shard.data() + at, piece.data(), piece.size());
+  };
+
   std::vector<std::uint64_t> entries(2 * num_inner_, kMissing);
-  Bytes body, encoded, chunk(inner_->chunk_spec().num_bytes());
+  Bytes encoded, chunk_buf(direct ? 0 : inner_bytes);
   std::vector<std::uint64_t> lo(r), hi(r), in_chunk(r), in_src(r), ext(r);
   bool any = false;
   for_each_inner(per_shard_, [&](std::span<const std::uint64_t> c, std::size_t i) {
@@ -207,11 +248,14 @@ bool ShardingCodec::update(const ArraySpec& spec, std::optional<ByteSpan> existi
       whole = whole && lo[d] == c0 && hi[d] == c1;
     }
     const bool had = existing && !old.missing(i);
-    ByteSpan piece;
+    const std::size_t at = shard.size();
     if (!touched) {
       if (!had) return;
-      piece = existing->subspan(old.offset(i), old.nbytes(i));  // kept as encoded
+      append(existing->subspan(old.offset(i), old.nbytes(i)));  // kept as encoded
     } else {
+      // The decoded inner chunk: in place in the shard when encoding is a copy.
+      const MutableByteSpan chunk =
+          direct ? MutableByteSpan(shard.data() + grow(inner_bytes), inner_bytes) : MutableByteSpan(chunk_buf);
       if (!whole) {
         if (had) inner_->decode(existing->subspan(old.offset(i), old.nbytes(i)), chunk);
         else fill_elements(chunk.data(), inner_->chunk_spec().num_elements(), fill.data(), es);
@@ -222,26 +266,33 @@ bool ShardingCodec::update(const ArraySpec& spec, std::optional<ByteSpan> existi
         ext[d] = hi[d] - lo[d];
       }
       copy_box(src, src_shape, in_src, chunk.data(), chunk_shape_, in_chunk, ext, es);
-      if (is_fill(chunk)) return;  // an empty inner chunk is not stored
-      inner_->encode(chunk, encoded);
-      piece = encoded;
+      if (is_fill(chunk)) {  // an empty inner chunk is not stored
+        shard.resize(at);
+        return;
+      }
+      if (!direct) {
+        inner_->encode(chunk, encoded);
+        append(encoded);
+      }
     }
-    entries[2 * i] = body.size();
-    entries[2 * i + 1] = piece.size();
-    body.insert(body.end(), piece.begin(), piece.end());
+    entries[2 * i] = at;
+    entries[2 * i + 1] = shard.size() - at;
     any = true;
   });
   out.clear();
   if (!any) return false;
   Bytes index;
-  if (index_at_start_)
-    for (std::size_t i = 0; i < num_inner_; ++i)
-      if (entries[2 * i] != kMissing) entries[2 * i] += index_bytes_;
   index_->encode(std::as_bytes(std::span(entries)), index);
-  out.reserve(body.size() + index.size());
-  if (index_at_start_) out.insert(out.end(), index.begin(), index.end());
-  out.insert(out.end(), body.begin(), body.end());
-  if (!index_at_start_) out.insert(out.end(), index.begin(), index.end());
+  if (index_at_start_) std::memcpy(shard.data(), index.data(), index.size());
+  else append(index);
+  if (shard.capacity() / 2 > shard.size()) {  // compressed well below the bound: hold only what it needs
+    Bytes exact;
+    exact.reserve(shard.size());
+    exact.resize(shard.size());
+    std::memcpy(exact.data(), shard.data(), shard.size());
+    shard.swap(exact);
+  }
+  out = std::move(shard);
   return true;
 }
 
