@@ -75,3 +75,5 @@ make_venv() {
 make_venv tests/interop/peers/.venv tests/interop/peers/requirements.txt "the interop peers"
 # The Python binding's build and tests (python/, ctest python_binding).
 make_venv python/.venv python/requirements-dev.txt "the Python binding's build and tests"
+# zarr-python 3.4.2's own test suite, built from its sdist (ctest zarr_python_suite).
+make_venv tests/zarr_suite/.venv tests/zarr_suite/requirements.txt "zarr-python's test suite"

@@ -353,7 +353,7 @@ void encode_one(const ChunkCodec::Impl& c, ChunkEncode& item, const Box& box) {
     chunk = item.value;  // the new values are the whole chunk, in order
   } else {
     std::byte* s = scratch(c.chunk_bytes);
-    if (!box.whole && item.existing) {
+    if (!box.whole && item.existing && item.keep_rest) {
       c.pipeline->decode(*item.existing, MutableByteSpan(s, c.chunk_bytes));
     } else if (!box.whole) {
       strided_copy(c.fill.data(), std::vector<std::int64_t>(c.shape.size(), 0), s, c.c_strides, c.shape, es);
@@ -755,11 +755,12 @@ void start_read(Runtime& rt, std::shared_ptr<Store> store, const ChunkCodec& cod
 void start_write(Runtime& rt, std::shared_ptr<Store> store, const ChunkCodec& codec, std::span<ChunkEncode> items,
                  AnyCompletion<void> handler) {
   const ChunkCodec::Impl& c = codec.impl();
-  std::vector<std::size_t> partial;  // items whose box is short of the whole chunk: read first
+  std::vector<std::size_t> partial;  // items that keep what their box does not cover: read first
   try {
     check_items(rt, c, items);
     for (std::size_t i = 0; i < items.size(); ++i)
-      if (!resolve(c, items[i].box, items[i].value_strides, items[i].key).whole) partial.push_back(i);
+      if (items[i].keep_rest && !resolve(c, items[i].box, items[i].value_strides, items[i].key).whole)
+        partial.push_back(i);
   } catch (...) {
     fail_through_pool(rt, std::move(handler), std::current_exception());
     return;

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -49,17 +50,53 @@ using Strides = std::vector<std::int64_t>;
 
 PipelineHooks hooks;
 
-// Any CPU array (any dtype, any strides), and a read-only one.
-using AnyArray = nb::ndarray<nb::device::cpu>;
-using ConstArray = nb::ndarray<nb::ro, nb::device::cpu>;
-// An encoded chunk: contiguous bytes (a NumPy uint8 array or bytes).
-using Encoded = nb::ndarray<nb::ro, const std::uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-
 // One item from Python: key, box (start, step, count per chunk dimension;
-// all empty: the whole chunk), and the place of box element 0 in the array
+// all empty: the whole chunk), and the place of box element 0 in an array
 // as a byte offset from its data pointer with byte strides per chunk
 // dimension.
 using Box = std::tuple<Dims, Dims, Dims>;
+
+// The memory of the Python objects of a batch, through the buffer protocol
+// (NumPy arrays of any fixed-size data type, S<n>, U<n> and records
+// included; bytes), held until the batch completes: release() under the GIL.
+class Views {
+ public:
+  Views() = default;
+  Views(const Views&) = delete;
+  ~Views() { release(); }  // only ever with the GIL held, or with nothing held
+
+  // An array's view with its strides (writable: for the engine to write).
+  const Py_buffer& array(nb::handle obj, bool writable) {
+    return get(obj, PyBUF_STRIDES | (writable ? PyBUF_WRITABLE : 0));
+  }
+  // Contiguous bytes (an encoded chunk).
+  const Py_buffer& bytes(nb::handle obj) { return get(obj, PyBUF_SIMPLE); }
+
+  void release() {
+    for (Py_buffer& b : held_) PyBuffer_Release(&b);
+    held_.clear();
+  }
+
+ private:
+  const Py_buffer& get(nb::handle obj, int flags) {
+    Py_buffer b;
+    if (PyObject_GetBuffer(obj.ptr(), &b, flags) != 0) throw nb::python_error();
+    held_.push_back(b);
+    return held_.back();
+  }
+  std::deque<Py_buffer> held_;  // stable addresses
+};
+
+// The extent of a buffer's elements relative to its pointer, bytes [lo, hi).
+std::pair<std::int64_t, std::int64_t> extent(const Py_buffer& b) {
+  std::int64_t lo = 0, hi = b.itemsize;
+  for (int d = 0; d < b.ndim; ++d) {
+    if (b.shape[d] == 0) return {0, 0};
+    const std::int64_t span = (static_cast<std::int64_t>(b.shape[d]) - 1) * b.strides[d];
+    (span < 0 ? lo : hi) += span;
+  }
+  return {lo, hi};
+}
 
 struct PyChunkCodec {
   ChunkCodec codec;
@@ -72,19 +109,6 @@ struct PyChunkStore {
   nb::object runtime;
   std::shared_ptr<zarrcoro::Store> store;
 };
-
-// The extent of an array's elements relative to its data pointer, bytes [lo, hi).
-template <class A>
-std::pair<std::int64_t, std::int64_t> extent(const A& a) {
-  const auto es = static_cast<std::int64_t>(a.itemsize());
-  std::int64_t lo = 0, hi = es;
-  for (std::size_t d = 0; d < a.ndim(); ++d) {
-    if (a.shape(d) == 0) return {0, 0};
-    const std::int64_t span = (static_cast<std::int64_t>(a.shape(d)) - 1) * a.stride(d) * es;
-    (span < 0 ? lo : hi) += span;
-  }
-  return {lo, hi};
-}
 
 // The box made explicit, checked to lie in `array` (whose extent is `ext`)
 // at `offset` with `strides`. InvalidArgument (field `what`) otherwise.
@@ -113,11 +137,13 @@ ChunkBox checked_box(const ChunkCodec& codec, const Box& box, std::int64_t offse
 // `convert()` (under the GIL) or with the exception, then lets go of the
 // Python objects under the GIL.
 template <class Convert>
-auto completion(nb::object loop, nb::object future, nb::object keep, Convert convert) {
+auto completion(nb::object loop, nb::object future, nb::object keep, std::shared_ptr<Views> views, Convert convert) {
   struct Pending {
     nb::object loop, future, keep;
+    std::shared_ptr<Views> views;
   };
-  auto pending = std::make_shared<Pending>(Pending{std::move(loop), std::move(future), std::move(keep)});
+  auto pending =
+      std::make_shared<Pending>(Pending{std::move(loop), std::move(future), std::move(keep), std::move(views)});
   return [pending, convert = std::move(convert)](std::exception_ptr error) mutable {
     nb::gil_scoped_acquire gil;
     nb::object exc = nb::none(), value = nb::none();
@@ -135,6 +161,7 @@ auto completion(nb::object loop, nb::object future, nb::object keep, Convert con
     } catch (nb::python_error& e) {
       e.discard_as_unraisable("zarrcoro: completing an asyncio future");  // the loop is closed
     }
+    pending->views->release();
     pending->keep = nb::object();
     pending->future = nb::object();
     pending->loop = nb::object();
@@ -152,43 +179,51 @@ nb::object owned_array(zarrcoro::Bytes&& bytes) {
 nlohmann::json parse(const std::string& text, const std::string& key) { return zarrcoro::parse_json(text, key); }
 
 // Decode items from Python: (key, encoded or None, out array, offset, strides, box).
-auto decode_items(const ChunkCodec& codec, const nb::list& items, bool with_bytes) {
+auto decode_items(const ChunkCodec& codec, const nb::list& items, bool with_bytes, Views& views) {
   auto batch = std::make_shared<std::vector<zarrcoro::ChunkDecode>>();
   batch->reserve(items.size());
   for (nb::handle it : items) {
     auto [key, encoded, out, offset, strides, box] =
-        nb::cast<std::tuple<std::string, std::optional<Encoded>, AnyArray, std::int64_t, Strides, Box>>(it);
-    if (out.itemsize() != codec.dtype().size())
+        nb::cast<std::tuple<std::string, nb::object, nb::object, std::int64_t, Strides, Box>>(it);
+    const Py_buffer& o = views.array(out, true);
+    if (static_cast<std::size_t>(o.itemsize) != codec.dtype().size())
       throw zarrcoro::InvalidArgument(key, "out", "an array of another element size");
     zarrcoro::ChunkDecode d;
-    d.box = checked_box(codec, box, offset, strides, extent(out), key, "out");
+    d.box = checked_box(codec, box, offset, strides, extent(o), key, "out");
     d.key = std::move(key);
-    if (encoded && with_bytes)
-      d.encoded = zarrcoro::ByteSpan(reinterpret_cast<const std::byte*>(encoded->data()), encoded->size());
-    d.out = static_cast<std::byte*>(out.data()) + offset;
+    if (!encoded.is_none() && with_bytes) {
+      const Py_buffer& e = views.bytes(encoded);
+      d.encoded = zarrcoro::ByteSpan(static_cast<const std::byte*>(e.buf), static_cast<std::size_t>(e.len));
+    }
+    d.out = static_cast<std::byte*>(o.buf) + offset;
     d.out_strides = std::move(strides);
     batch->push_back(std::move(d));
   }
   return batch;
 }
 
-// Encode items from Python: (key, existing or None, value array, offset, strides, box, drop_if_fill).
-auto encode_items(const ChunkCodec& codec, const nb::list& items, bool with_bytes) {
+// Encode items from Python: (key, existing or None, value array, offset,
+// strides, box, drop_if_fill, keep_rest).
+auto encode_items(const ChunkCodec& codec, const nb::list& items, bool with_bytes, Views& views) {
   auto batch = std::make_shared<std::vector<zarrcoro::ChunkEncode>>();
   batch->reserve(items.size());
   for (nb::handle it : items) {
-    auto [key, existing, value, offset, strides, box, drop] =
-        nb::cast<std::tuple<std::string, std::optional<Encoded>, ConstArray, std::int64_t, Strides, Box, bool>>(it);
-    if (value.itemsize() != codec.dtype().size())
+    auto [key, existing, value, offset, strides, box, drop, keep_rest] =
+        nb::cast<std::tuple<std::string, nb::object, nb::object, std::int64_t, Strides, Box, bool, bool>>(it);
+    const Py_buffer& v = views.array(value, false);
+    if (static_cast<std::size_t>(v.itemsize) != codec.dtype().size())
       throw zarrcoro::InvalidArgument(key, "value", "an array of another element size");
     zarrcoro::ChunkEncode e;
-    e.box = checked_box(codec, box, offset, strides, extent(value), key, "value");
+    e.box = checked_box(codec, box, offset, strides, extent(v), key, "value");
     e.key = std::move(key);
-    if (existing && with_bytes)
-      e.existing = zarrcoro::ByteSpan(reinterpret_cast<const std::byte*>(existing->data()), existing->size());
-    e.value = static_cast<const std::byte*>(value.data()) + offset;
+    if (!existing.is_none() && with_bytes) {
+      const Py_buffer& b = views.bytes(existing);
+      e.existing = zarrcoro::ByteSpan(static_cast<const std::byte*>(b.buf), static_cast<std::size_t>(b.len));
+    }
+    e.value = static_cast<const std::byte*>(v.buf) + offset;
     e.value_strides = std::move(strides);
     e.drop_if_fill = drop;
+    e.keep_rest = keep_rest;
     batch->push_back(std::move(e));
   }
   return batch;
@@ -238,8 +273,10 @@ void register_pipeline(nb::module_& m, PipelineHooks h) {
           // items: (key, encoded or None, out array, offset, strides, box)
           [](PyChunkCodec& self, nb::handle runtime, nb::list items, nb::object loop, nb::object future) {
             zarrcoro::Runtime& rt = hooks.runtime(runtime);
-            auto batch = decode_items(self.codec, items, true);
-            auto done = completion(std::move(loop), std::move(future), nb::object(items), [] { return nb::none(); });
+            auto views = std::make_shared<Views>();
+            auto batch = decode_items(self.codec, items, true, *views);
+            auto done = completion(std::move(loop), std::move(future), nb::object(items), views,
+                                   [] { return nb::none(); });
             nb::gil_scoped_release release;
             self.codec.async_decode(rt, *batch, [batch, done = std::move(done)](std::exception_ptr e) mutable {
               done(e);
@@ -248,12 +285,13 @@ void register_pipeline(nb::module_& m, PipelineHooks h) {
           "runtime"_a, "items"_a, "loop"_a, "future"_a)
       .def(
           "encode",
-          // items: (key, existing or None, value array, offset, strides, box, drop_if_fill);
+          // items: (key, existing or None, value array, offset, strides, box, drop_if_fill, keep_rest);
           // completes with a list of uint8 arrays (None: dropped, all fill)
           [](PyChunkCodec& self, nb::handle runtime, nb::list items, nb::object loop, nb::object future) {
             zarrcoro::Runtime& rt = hooks.runtime(runtime);
-            auto batch = encode_items(self.codec, items, true);
-            auto done = completion(std::move(loop), std::move(future), nb::object(items), [batch]() {
+            auto views = std::make_shared<Views>();
+            auto batch = encode_items(self.codec, items, true, *views);
+            auto done = completion(std::move(loop), std::move(future), nb::object(items), views, [batch]() {
               nb::list out;
               for (auto& e : *batch) out.append(e.encoded ? owned_array(std::move(*e.encoded)) : nb::none());
               return nb::object(out);
@@ -270,8 +308,9 @@ void register_pipeline(nb::module_& m, PipelineHooks h) {
           // completes with a list of bool (the key held a value)
           [](PyChunkCodec& self, PyChunkStore& store, nb::list items, nb::object loop, nb::object future) {
             zarrcoro::Runtime& rt = hooks.runtime(store.runtime);
-            auto batch = decode_items(self.codec, items, false);
-            auto done = completion(std::move(loop), std::move(future), nb::object(items), [batch]() {
+            auto views = std::make_shared<Views>();
+            auto batch = decode_items(self.codec, items, false, *views);
+            auto done = completion(std::move(loop), std::move(future), nb::object(items), views, [batch]() {
               nb::list found;
               for (const auto& d : *batch) found.append(nb::bool_(d.found));
               return nb::object(found);
@@ -287,8 +326,10 @@ void register_pipeline(nb::module_& m, PipelineHooks h) {
           // items as encode (their existing bytes unused): stored under their keys in `store`
           [](PyChunkCodec& self, PyChunkStore& store, nb::list items, nb::object loop, nb::object future) {
             zarrcoro::Runtime& rt = hooks.runtime(store.runtime);
-            auto batch = encode_items(self.codec, items, false);
-            auto done = completion(std::move(loop), std::move(future), nb::object(items), [] { return nb::none(); });
+            auto views = std::make_shared<Views>();
+            auto batch = encode_items(self.codec, items, false, *views);
+            auto done = completion(std::move(loop), std::move(future), nb::object(items), views,
+                                   [] { return nb::none(); });
             nb::gil_scoped_release release;
             self.codec.async_write(rt, store.store, *batch, [batch, done = std::move(done)](std::exception_ptr e) mutable {
               done(e);

@@ -3,36 +3,48 @@
     import zarr
     zarr.config.set({"codec_pipeline.path": "zarrcoro.pipeline.CodecPipeline"})
 
-Every zarr-python 3 array then reads and writes its chunks through the engine:
-zarr-python indexes and fetches the chunks (through its own store), and the
-codec work of each batch of chunks goes to the engine's codec pool as ONE
-submission, completed once through the event loop (``call_soon_threadsafe``):
-no ``asyncio.to_thread``, no thread per chunk, no codec work on the loop's
-thread, the GIL released while the engine works. Decoded chunks land in
-zarr-python's output array in place, written by the engine through the
-array's strides, for selections of slices and integers; other selections
-(orthogonal, vectorized) decode into a chunk-sized array and are copied by
-NumPy.
+(An installed zarrcoro registers the pipeline through the entry point
+``zarr.codec_pipeline``; in-tree, ``import zarrcoro.pipeline`` first.)
+
+Every zarr-python 3 array then reads and writes its chunks through the
+engine. zarr-python indexes; the chunks of each call go to the engine in
+batches, each batch's codec work ONE submission to the engine's codec pool,
+completed once through the event loop (``call_soon_threadsafe``): no
+``asyncio.to_thread``, no thread per chunk, no codec work on the loop's
+thread, the GIL released while the engine works. The chunks of a
+``LocalStore`` are read and written by the engine itself, on the store's
+root; other stores' bytes are moved by zarr-python (awaited together) and
+only the codec work goes to the engine. Decoded chunks land in zarr-python's
+output array in place, written by the engine through the array's strides,
+for selections of slices and integers; other selections (orthogonal,
+vectorized) decode into a chunk-sized array copied by NumPy.
 
 What the engine does not carry falls back to zarr-python's own
 BatchedCodecPipeline for that array, with one log line (logger
 ``zarrcoro.pipeline``, level INFO), never an error or other data: codecs the
 engine does not know, variable-length strings and bytes, datetime types,
 non-native byte order in memory (a v2 ``>i4`` array), irregular chunk grids,
-output buffers that are not NumPy arrays, structured field selections.
-Writes through orthogonal or vectorized selections go through the fallback
-too (their chunks are merged by NumPy there).
+output buffers that are not NumPy arrays. Writes through orthogonal or
+vectorized selections go through the fallback too (NumPy merges their
+chunks there), and so does a call the engine refuses (a chunk it cannot
+decode, a store error): zarr-python then raises its own error, or succeeds
+where it is more lenient.
 
 Batches: the chunks of one read or write call, split into batches of
 ``codec_pipeline.batch_size`` chunks when that is set above 1 (zarr-python's
 default of 1 is a batch per chunk, meant for its own pipeline), else of 64.
+
+fork(): a child process makes its own engine runtime (the parent's threads
+did not survive the fork; the inherited runtime is kept, never used).
 """
 from __future__ import annotations
 
 import asyncio
+import atexit
 import json
 import logging
 import os
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -68,6 +80,44 @@ def _runtime():
     from . import default_runtime
 
     return default_runtime()
+
+
+# Runtimes a fork()ed child inherited: their threads did not survive the fork,
+# so they can run nothing, and destroying one would wait for those threads
+# forever. The child keeps them (never freed, not even at exit) and makes new
+# ones: the shared default runtime and each pipeline's file store.
+_inherited: list = []
+
+
+def _after_fork_in_child() -> None:
+    import ctypes
+    import sys
+
+    package = sys.modules[__package__]
+    old = getattr(package, "_default", None)
+    if old is not None:
+        _inherited.append(old)
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(old))
+        package._default = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+# Every pipeline, so that at exit each lets go of its engine objects before
+# the interpreter tears the extension module down (arrays that zarr-python or
+# a program keep in module globals or caches would otherwise still hold them
+# then, which nanobind reports as leaks).
+_pipelines: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+@atexit.register
+def _release_engine_objects() -> None:
+    for p in list(_pipelines.values()):
+        p._native = None
+        p._per_spec = {}
+        p._chunk_store = None
 
 
 def _dtype_reason(dtype: np.dtype) -> str | None:
@@ -114,6 +164,32 @@ def _fallback_for_metadata(metadata) -> BatchedCodecPipeline:
         spec = ArraySpec(shape=metadata.chunks, dtype=metadata.dtype, fill_value=metadata.fill_value,
                          config=ArrayConfig.from_dict({"order": metadata.order}), prototype=default_buffer_prototype())
     return pipeline.evolve_from_array_spec(spec)
+
+
+def _foreign_codec(codecs) -> str | None:
+    """The first codec whose implementation is not zarr-python's or
+    numcodecs' own (one a user registered for a name, through
+    zarr.config's ``codecs.*`` or register_codec): the engine would not run
+    that implementation, so such an array falls back. None if there is none."""
+    for codec in codecs:
+        module = type(codec).__module__
+        if not module.startswith(("zarr.codecs", "numcodecs")):
+            return f"{type(codec).__name__} ({module})"
+        inner = []
+        for attr in ("codecs", "index_codecs", "filters"):
+            inner.extend(getattr(codec, attr, None) or ())
+        if getattr(codec, "compressor", None) is not None:
+            inner.append(codec.compressor)
+        found = _foreign_codec(inner)
+        if found:
+            return found
+    return None
+
+
+def _has_sharding(codecs) -> bool:
+    from zarr.codecs import ShardingCodec
+
+    return any(isinstance(c, ShardingCodec) for c in codecs)
 
 
 def _is_regular(metadata) -> bool:
@@ -178,6 +254,17 @@ def _strides_for(view: np.ndarray, kept, count, rank):
     return strides
 
 
+async def _all(*aws):
+    """asyncio.gather that lets every awaitable end before it raises the
+    first exception: no engine batch still writes into a buffer once this
+    returns or raises."""
+    results = await asyncio.gather(*aws, return_exceptions=True)
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
+    return results
+
+
 def _c_strides(shape, itemsize):
     strides, s = [], itemsize
     for n in reversed(shape):
@@ -207,9 +294,15 @@ class CodecPipeline(_ZarrCodecPipeline):
         # The engine does the store I/O of a LocalStore itself, on its root.
         from zarr.storage import LocalStore
 
-        self._local = store if native is not None and isinstance(store, LocalStore) else None
+        self._local = store if native is not None and type(store) is LocalStore else None
         self._local_root = os.path.abspath(str(store.root)) if self._local is not None else None
         self._chunk_store = None
+        self._chunk_store_pid = None
+        # Sharded arrays read a part of a shard and write shards through zarr-python's sharding codec (its
+        # partial reads and writes and its subchunk order; the inner chunks' codec work comes back to the engine
+        # through from_codecs); a whole shard read is decoded by the engine at once.
+        self._sharded = _has_sharding(fallback)
+        _pipelines[id(self)] = self
         self._native = native            # the array's engine pipeline (from metadata), or None
         self._codecs_json = codecs_json  # from_codecs: the v3 codecs list for the engine, or None
         self._per_spec: dict = {}        # from_codecs: engine pipelines by chunk spec
@@ -224,6 +317,8 @@ class CodecPipeline(_ZarrCodecPipeline):
 
     @staticmethod
     def _codecs_of(fallback) -> str | None:
+        if _foreign_codec(fallback):
+            return None
         try:
             return json.dumps([c.to_dict() for c in fallback])
         except Exception:  # a codec with no v3 form (V2Codec): the fallback runs it
@@ -232,23 +327,32 @@ class CodecPipeline(_ZarrCodecPipeline):
     @classmethod
     def from_array_metadata_and_store(cls, array_metadata, store) -> CodecPipeline:
         fallback = _fallback_for_metadata(array_metadata)
-        native, reason = None, None
-        try:
-            dtype = array_metadata.dtype.to_native_dtype()
-            reason = _dtype_reason(dtype)
-            if reason is None and not _is_regular(array_metadata):
-                reason = "an irregular chunk grid"
-            if reason is None:
-                native = _zarrcoro.ChunkCodec.from_metadata(_metadata_document(array_metadata))
-                if _engine_dtype(native) != dtype:
-                    reason = f"the engine holds {_engine_dtype(native)} where zarr-python holds {dtype}"
-                    native = None
-        except (ZarrcoroError, ValueError, TypeError, NotImplementedError, SyntaxError) as e:
-            reason, native = str(e), None
+        foreign = _foreign_codec(fallback)
+        if foreign:
+            native, reason = None, f"the codec implementation {foreign} is not zarr-python's own"
+        else:
+            native, reason = cls._engine_for_metadata(array_metadata)
         if native is None:
             logger.info("zarrcoro.pipeline: an array of %s falls back to zarr-python's BatchedCodecPipeline: %s",
                         getattr(array_metadata, "dtype", "?"), reason)
         return cls(fallback=fallback, metadata=array_metadata, native=native, store=store)
+
+    @staticmethod
+    def _engine_for_metadata(metadata):
+        """(the engine pipeline of the array, None) or (None, why not)."""
+        try:
+            dtype = metadata.dtype.to_native_dtype()
+            reason = _dtype_reason(dtype)
+            if reason is None and not _is_regular(metadata):
+                reason = "an irregular chunk grid"
+            if reason is not None:
+                return None, reason
+            native = _zarrcoro.ChunkCodec.from_metadata(_metadata_document(metadata))
+            if _engine_dtype(native) != dtype:
+                return None, f"the engine holds {_engine_dtype(native)} where zarr-python holds {dtype}"
+            return native, None
+        except (ZarrcoroError, ValueError, TypeError, NotImplementedError, SyntaxError) as e:
+            return None, str(e)
 
     def evolve_from_array_spec(self, array_spec) -> CodecPipeline:
         if self.metadata is not None:
@@ -256,17 +360,22 @@ class CodecPipeline(_ZarrCodecPipeline):
         fallback = self.fallback.evolve_from_array_spec(array_spec)
         return type(self)(fallback=fallback, codecs_json=self._codecs_of(fallback), batch_size=self._batch_size)
 
+    def __getattr__(self, name):
+        # What zarr-python's BatchedCodecPipeline has (array_bytes_codec, batch_size, ...), from the fallback.
+        if name == "fallback" or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.fallback, name)
+
     def __getstate__(self):
         return {"fallback": self.fallback, "metadata": self.metadata, "codecs_json": self._codecs_json,
                 "batch_size": self._batch_size, "store": self.store}
 
     def __setstate__(self, state):
-        if state["metadata"] is not None:
-            other = type(self).from_array_metadata_and_store(state["metadata"], state["store"])
-            self.__dict__.update(other.__dict__)
-        else:
-            self.__init__(fallback=state["fallback"], codecs_json=state["codecs_json"],
-                          batch_size=state["batch_size"])
+        native = None
+        if state["metadata"] is not None:  # the engine pipeline again (the fallback came pickled: no new warnings)
+            native, _ = self._engine_for_metadata(state["metadata"])
+        self.__init__(fallback=state["fallback"], metadata=state["metadata"], native=native,
+                      codecs_json=state["codecs_json"], batch_size=state["batch_size"], store=state["store"])
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, CodecPipeline):
@@ -345,8 +454,15 @@ class CodecPipeline(_ZarrCodecPipeline):
 
         if not all(isinstance(bg, StorePath) and bg.store is local for bg, *_ in batch):
             return None
+        if self._chunk_store is not None and self._chunk_store_pid != os.getpid():  # made before a fork()
+            import ctypes
+
+            _inherited.append(self._chunk_store)
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(self._chunk_store))
+            self._chunk_store = None
         if self._chunk_store is None:
             self._chunk_store = _zarrcoro.ChunkStore(_runtime()._native, self._local_root)
+            self._chunk_store_pid = os.getpid()
         return self._chunk_store
 
     async def _run_store(self, native, method, store, items):
@@ -379,7 +495,11 @@ class CodecPipeline(_ZarrCodecPipeline):
             items.append((str(k), buf.as_numpy_array(), arr, 0, list(arr.strides), ([], [], [])))
             out.append(spec.prototype.nd_buffer.from_numpy_array(arr))
         if items:
-            await self._run(native, "decode", items)
+            try:
+                await self._run(native, "decode", items)
+            except ZarrcoroError as e:
+                logger.info("zarrcoro.pipeline: chunks the engine refused decode through zarr-python's: %s", e)
+                return await self.fallback.decode(pairs)
         return out
 
     async def encode(self, chunk_arrays_and_specs):
@@ -395,11 +515,15 @@ class CodecPipeline(_ZarrCodecPipeline):
             arr = chunk.as_numpy_array()
             if arr.shape != tuple(spec.shape) or arr.dtype != spec.dtype.to_native_dtype():
                 return await self.fallback.encode(pairs)
-            items.append((str(k), None, arr, 0, list(arr.strides), ([], [], []), False))
+            items.append((str(k), None, arr, 0, list(arr.strides), ([], [], []), False, False))
             where.append(k)
         out = [None] * len(pairs)
         if items:
-            encoded = await self._run(native, "encode", items)
+            try:
+                encoded = await self._run(native, "encode", items)
+            except ZarrcoroError as e:
+                logger.info("zarrcoro.pipeline: chunks the engine refused encode through zarr-python's: %s", e)
+                return await self.fallback.encode(pairs)
             for k, e in zip(where, encoded, strict=True):
                 out[k] = None if e is None else pairs[k][1].prototype.buffer.from_array_like(e)
         return out
@@ -414,11 +538,16 @@ class CodecPipeline(_ZarrCodecPipeline):
         if out_arr is None:
             return await self.fallback.read(batch, out, drop_axes)
         natives = [self._native_for(spec) for _, spec, *_ in batch]
-        if any(n is None for n in natives):
+        if any(n is None for n in natives) or (self._sharded and not all(c for *_, c in batch)):
             return await self.fallback.read(batch, out, drop_axes)
         size = self._batch_size or _batch_size()
         parts = [(batch[i:i + size], natives[i:i + size]) for i in range(0, len(batch), size)]
-        results = await asyncio.gather(*(self._read_batch(b, n, out_arr, drop_axes) for b, n in parts))
+        try:
+            results = await _all(*(self._read_batch(b, n, out_arr, drop_axes) for b, n in parts))
+        except ZarrcoroError as e:
+            # zarr-python's own pipeline decides: its error (or data, where the engine is stricter)
+            logger.info("zarrcoro.pipeline: a read the engine refused runs through zarr-python's pipeline: %s", e)
+            return await self.fallback.read(batch, out, drop_axes)
         return tuple(r for part in results for r in part)
 
     def _engine_array(self, out, batch):
@@ -460,11 +589,11 @@ class CodecPipeline(_ZarrCodecPipeline):
             group[1].append(item)
             group[2].append(k)
         if store is None:
-            await asyncio.gather(*(self._run(native, "decode", items) for native, items, _ in groups.values()))
+            await _all(*(self._run(native, "decode", items) for native, items, _ in groups.values()))
             present = [e is not None for e in encoded]
         else:
             present = [False] * len(batch)
-            found = await asyncio.gather(*(self._run_store(native, "read", store, items)
+            found = await _all(*(self._run_store(native, "read", store, items)
                                            for native, items, _ in groups.values()))
             for (_, _, where), flags in zip(groups.values(), found, strict=True):
                 for k, f in zip(where, flags, strict=True):
@@ -484,13 +613,18 @@ class CodecPipeline(_ZarrCodecPipeline):
             return
         natives = [self._native_for(spec) for _, spec, *_ in batch]
         value_arr = value.as_numpy_array() if isinstance(value, _cpu.NDBuffer) else None
-        if (any(n is None for n in natives) or value_arr is None or drop_axes
+        if (any(n is None for n in natives) or value_arr is None or drop_axes or self._sharded
                 or value_arr.dtype != batch[0][1].dtype.to_native_dtype()
                 or not all(_is_basic(c) and _is_basic(o) for _, _, c, o, _ in batch)):
             return await self.fallback.write(batch, value, drop_axes)
         size = self._batch_size or _batch_size()
-        await asyncio.gather(*(self._write_batch(batch[i:i + size], natives[i:i + size], value_arr)
-                               for i in range(0, len(batch), size)))
+        try:
+            await _all(*(self._write_batch(batch[i:i + size], natives[i:i + size], value_arr)
+                         for i in range(0, len(batch), size)))
+        except ZarrcoroError as e:
+            # Whole chunks again (what the engine stored is what this stores): zarr-python's error, or its write.
+            logger.info("zarrcoro.pipeline: a write the engine refused runs through zarr-python's pipeline: %s", e)
+            await self.fallback.write(batch, value, drop_axes)
 
     async def _write_batch(self, batch, natives, value_arr):
         store = self._engine_store(batch, writing=True)
@@ -498,8 +632,14 @@ class CodecPipeline(_ZarrCodecPipeline):
         async def existing_of(bs, prototype, complete):
             return None if complete else await bs.get(prototype=prototype)
 
+        # What a chunk holds beyond the selection is kept (its stored chunk read and merged) where zarr-python
+        # keeps it: a selection short of the chunk, and any shard (its partial encode merges into the stored
+        # shard, also beyond the array's shape after a shrinking resize). A chunk the selection covers within
+        # the array's shape is written anew: beyond the shape, the fill value.
+        shard = self.fallback.supports_partial_encode
+        keep = [shard or not complete for _, _, _, _, complete in batch]
         if store is None:
-            existing = await concurrent_map([(bs, spec.prototype, complete) for bs, spec, _, _, complete in batch],
+            existing = await concurrent_map([(bs, spec.prototype, not k) for (bs, spec, *_), k in zip(batch, keep, strict=True)],
                                             existing_of, config.get("async.concurrency"))
         else:  # the engine reads what it must merge into
             existing = [None] * len(batch)
@@ -511,15 +651,15 @@ class CodecPipeline(_ZarrCodecPipeline):
             view = np.broadcast_to(source, target)
             strides = _strides_for(view, kept, count, len(spec.shape))
             item = (getattr(bs, "path", ""), None if old is None else old.as_numpy_array(), view, 0, strides,
-                    (start, step, count), not spec.config.write_empty_chunks)
+                    (start, step, count), not spec.config.write_empty_chunks, keep[k])
             group = groups.setdefault(id(native), (native, [], []))
             group[1].append(item)
             group[2].append(k)
         if store is not None:
-            await asyncio.gather(*(self._run_store(native, "write", store, items) for native, items, _ in groups.values()))
+            await _all(*(self._run_store(native, "write", store, items) for native, items, _ in groups.values()))
             return
         encoded = [None] * len(batch)
-        results = await asyncio.gather(*(self._run(native, "encode", items) for native, items, _ in groups.values()))
+        results = await _all(*(self._run(native, "encode", items) for native, items, _ in groups.values()))
         for (_, _, where), chunks in zip(groups.values(), results, strict=True):
             for k, e in zip(where, chunks, strict=True):
                 encoded[k] = e

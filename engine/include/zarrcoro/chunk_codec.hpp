@@ -106,6 +106,11 @@ struct ChunkEncode {
   // except that a NaN fill matches any NaN, and complex parts compare as
   // numbers), no bytes are produced (`encoded` stays nullopt: erase the key).
   bool drop_if_fill = false;
+  // What the chunk holds outside the box: `existing` (async_encode) or the
+  // stored chunk (async_write) when true; the fill value when false (as
+  // zarr-python writes a chunk its selection covers within the array's
+  // shape: an edge chunk's elements beyond the shape become fill).
+  bool keep_rest = true;
   std::optional<Bytes> encoded;  // out: the encoded chunk, or nullopt when dropped
 };
 
@@ -163,7 +168,7 @@ class ChunkCodec {
                                                                          std::move(store), *this, items);
   }
   // Encodes each item as async_encode, reading its stored chunk first where
-  // its box is not the whole chunk (`existing` is ignored), and stores it
+  // its box is not the whole chunk and keep_rest (`existing` is ignored), and stores it
   // under `key`: the encoded bytes, or an erase for a dropped chunk.
   // `encoded` is nullopt at completion (the bytes went to the store).
   template <class Token>
