@@ -214,3 +214,36 @@ def test_child_processes(tmp_path, method):
         with mp.get_context(method).Pool(1) as pool:
             (result,) = pool.map(_read_all, [z], chunksize=1)
     np.testing.assert_array_equal(result, data())
+
+
+def test_decode_and_encode_batches_agree_with_zarr_python():
+    """CodecPipeline.encode / decode (the batch API zarr-python's sharding
+    codec and callers use) against BatchedCodecPipeline on the same codecs."""
+    from zarr.codecs import BytesCodec, Crc32cCodec, ZstdCodec
+    from zarr.core.array_spec import ArrayConfig, ArraySpec
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.buffer.cpu import NDBuffer
+    from zarr.core.codec_pipeline import BatchedCodecPipeline
+    from zarr.core.dtype import Float32
+
+    codecs = [BytesCodec(endian="little"), ZstdCodec(level=3), Crc32cCodec()]
+    spec = ArraySpec(shape=(6, 7), dtype=Float32(), fill_value=0.0, config=ArrayConfig.from_dict({}),
+                     prototype=default_buffer_prototype())
+    ours = zarrcoro.pipeline.CodecPipeline.from_codecs(codecs).evolve_from_array_spec(spec)
+    theirs = BatchedCodecPipeline.from_codecs(codecs).evolve_from_array_spec(spec)
+    chunks = [NDBuffer.from_numpy_array(np.arange(42, dtype="float32").reshape(6, 7) * k) for k in range(3)]
+
+    async def main():
+        a = await ours.encode([(c, spec) for c in chunks] + [(None, spec)])
+        b = await theirs.encode([(c, spec) for c in chunks] + [(None, spec)])
+        assert a[-1] is None and b[-1] is None
+        back = await ours.decode([(x, spec) for x in b[:-1]] + [(None, spec)])  # theirs, decoded by us
+        cross = await theirs.decode([(x, spec) for x in a[:-1]])  # ours, decoded by them
+        return back, cross
+
+    back, cross = asyncio.run(main())
+    assert ours._native_for(spec) is not None
+    for k in range(3):
+        np.testing.assert_array_equal(back[k].as_numpy_array(), chunks[k].as_numpy_array())
+        np.testing.assert_array_equal(cross[k].as_numpy_array(), chunks[k].as_numpy_array())
+    assert back[-1] is None
