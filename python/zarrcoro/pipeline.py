@@ -17,7 +17,12 @@ root; other stores' bytes are moved by zarr-python (awaited together) and
 only the codec work goes to the engine. Decoded chunks land in zarr-python's
 output array in place, written by the engine through the array's strides,
 for selections of slices and integers; other selections (orthogonal,
-vectorized) decode into a chunk-sized array copied by NumPy.
+vectorized) decode into a chunk-sized array copied by NumPy. Sharded
+arrays: a whole shard read is decoded by the engine; a read of part of a
+shard and every shard write go through zarr-python's sharding codec (its
+byte-range reads, index and subchunk order, on the loop's thread), whose
+inner chunks come back to this pipeline (``from_codecs``) and so to the
+engine in batches.
 
 What the engine does not carry falls back to zarr-python's own
 BatchedCodecPipeline for that array, with one log line (logger
@@ -302,11 +307,11 @@ class CodecPipeline(_ZarrCodecPipeline):
         # partial reads and writes and its subchunk order; the inner chunks' codec work comes back to the engine
         # through from_codecs); a whole shard read is decoded by the engine at once.
         self._sharded = _has_sharding(fallback)
-        _pipelines[id(self)] = self
         self._native = native            # the array's engine pipeline (from metadata), or None
         self._codecs_json = codecs_json  # from_codecs: the v3 codecs list for the engine, or None
         self._per_spec: dict = {}        # from_codecs: engine pipelines by chunk spec
         self._batch_size = batch_size
+        _pipelines[id(self)] = self
 
     # -- construction --
 
