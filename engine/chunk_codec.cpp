@@ -444,14 +444,7 @@ void submit(Runtime& rt, std::shared_ptr<Job> job, std::uint64_t batch_bytes) {
 }
 
 // Counts an item as the scheduler counts a chunk task.
-void count(Runtime& rt, bool computes) {
-  auto& counters = detail::RuntimeAccess::engine(rt).scheduler.counters();
-  counters.chunks.fetch_add(1, std::memory_order_relaxed);
-  if (computes) {
-    counters.codec_calls.fetch_add(1, std::memory_order_relaxed);
-    if (rt.on_io_thread()) counters.codec_calls_on_io_thread.fetch_add(1, std::memory_order_relaxed);
-  }
-}
+void count(Runtime& rt, bool computes) { detail::RuntimeAccess::engine(rt).scheduler.count_chunk(computes); }
 
 void check_size(Runtime& rt, const ChunkCodec::Impl& c, const std::string& key) {
   if (c.chunk_bytes > rt.options().max_chunk_bytes)

@@ -79,9 +79,9 @@ Scheduler::Scheduler(boost::asio::any_io_executor io, boost::asio::thread_pool& 
       options_(options),
       on_io_thread_(std::move(on_io_thread)) {}
 
-void Scheduler::count(ChunkTask& task) {
+void Scheduler::count_chunk(bool computes) {
   counters_.chunks.fetch_add(1, std::memory_order_relaxed);
-  if (task.computes) {
+  if (computes) {
     counters_.codec_calls.fetch_add(1, std::memory_order_relaxed);
     if (on_io_thread_()) counters_.codec_calls_on_io_thread.fetch_add(1, std::memory_order_relaxed);
     if (!pool_.get_executor().running_in_this_thread())
@@ -91,7 +91,7 @@ void Scheduler::count(ChunkTask& task) {
 
 void Scheduler::run_task(ChunkTask& task) {
   if (skip_cancelled(task)) return;
-  count(task);
+  count_chunk(task.computes);
   try {
     task.run();
   } catch (...) {
@@ -284,7 +284,7 @@ bool Scheduler::start_split(PoolJob& job, std::size_t i) {
   auto& s = job.splits[i];
   s.left.store(parts, std::memory_order_relaxed);
   if (!skip_cancelled(*task)) {
-    count(*task);
+    count_chunk(task->computes);
     try {
       task->prepare();
     } catch (...) {

@@ -95,6 +95,9 @@ class Scheduler {
   bool runs_inline(const TaskBatch& batch) const;
 
   SchedulerCounters& counters() { return counters_; }
+  // Counts one chunk run by the calling thread, and its codec call where it
+  // `computes` (with where it ran: an I/O thread, or no pool thread).
+  void count_chunk(bool computes);
 
   // Tests only: called on the pool thread before each part of a split task
   // runs. Set it while no job runs.
@@ -117,7 +120,6 @@ class Scheduler {
   bool start_split(PoolJob& job, std::size_t i);
   void run_parts(PoolJob& job, std::size_t i);
   void task_done(PoolJob& job, std::size_t i);
-  void count(ChunkTask& task);
   void run_task(ChunkTask& task);
   void run_inline(TaskBatch& batch);
 
