@@ -358,7 +358,7 @@ class RivalStore : public MemoryStore {
 
 }  // namespace
 
-TEST_CASE("a partial write that loses to another writer 70 times in a row still lands (was: gave up after 64)",
+TEST_CASE("a partial write that loses to another writer 70 times in a row still lands (was gave up after 64)",
           "[consistency][regression]") {
   // CI: on S3, one of two runtimes hammering one shard lost 64 times in a
   // row and raised; it must keep going while the other makes progress.

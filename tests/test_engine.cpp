@@ -857,7 +857,7 @@ TEST_CASE("bad calls get typed errors naming the key and the field", "[engine][e
   CHECK_THROWS_AS(Array::open_blocking(rt, store, "../x"), InvalidArgument);
 }
 
-TEST_CASE("an empty Array or Group handle raises InvalidArgument on use (was: a crash)", "[engine][errors][regression]") {
+TEST_CASE("an empty Array or Group handle raises InvalidArgument on use (was a crash)", "[engine][errors][regression]") {
   const Array a;
   const Group g;
   CHECK_FALSE(a);
@@ -875,7 +875,7 @@ TEST_CASE("an empty Array or Group handle raises InvalidArgument on use (was: a 
                                make_meta({4}, {2}, DataTypeKind::int32, codecs_json(kComputeChains[2]))));
 }
 
-TEST_CASE("region errors name the array's metadata key; an inverted region says so (was: key '', 'outside')",
+TEST_CASE("region errors name the array's metadata key; an inverted region says so (was key '', 'outside')",
           "[engine][errors][regression]") {
   Runtime rt({.codec_threads = 1});
   auto a = Array::create_blocking(rt, std::make_shared<MemoryStore>(), "x/arr",

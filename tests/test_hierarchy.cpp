@@ -347,7 +347,7 @@ Pair invalid_argument(F&& f) {
 }
 }  // namespace
 
-TEST_CASE("node names the spec forbids are refused on create and open and never listed (was: created and listed)",
+TEST_CASE("node names the spec forbids are refused on create and open and never listed (was created and listed)",
           "[regression]") {
   Fixture f(GENERATE("memory", "filesystem"));
   const Group root = Group::create_blocking(f.rt, f.store, "");

@@ -1084,7 +1084,7 @@ TEST_CASE("FilesystemStore: try_read_now with caches_only declines a path the ke
   CHECK(missing->generation == Generation::absent());
 }
 
-TEST_CASE("FilesystemStore on tmpfs answers small reads at once (tmpfs refuses RWF_NOWAIT: every read went the long way)",
+TEST_CASE("FilesystemStore on tmpfs answers small reads at once (tmpfs refuses RWF_NOWAIT, which sent every read the long way)",
           "[stores][filesystem][regression]") {
   struct statfs shm {};
   if (::statfs("/dev/shm", &shm) != 0 || shm.f_type != TMPFS_MAGIC) {
