@@ -508,72 +508,69 @@ void ChunkCodec::encode_blocking(Runtime& rt, std::span<ChunkEncode> items) cons
   wait_for([&](auto done) { async_encode(rt, items, std::move(done)); });
 }
 
+namespace {
+
+// Where an item's box lives in the caller's memory, and the error when it has none.
+const std::vector<std::int64_t>& strides_of(const ChunkDecode& item) { return item.out_strides; }
+const std::vector<std::int64_t>& strides_of(const ChunkEncode& item) { return item.value_strides; }
+void check_memory(const ChunkDecode& item, const Box& box) {
+  if (box.elements > 0 && !item.out) throw InvalidArgument(item.key, "out", "no destination for a box of elements");
+}
+void check_memory(const ChunkEncode& item, const Box& box) {
+  if (box.elements > 0 && !item.value) throw InvalidArgument(item.key, "value", "no source for a box of elements");
+}
+
+// Checks every item of a batch (before any runs: then nothing is written),
+// then submits the batch as one job whose item i runs `run(item, box)` on
+// the pool, its errors keyed to the item.
+template <class Item, class Run>
+void start_batch(Runtime& rt, const ChunkCodec& codec, std::span<Item> items, detail::AnyCompletion<void> handler, Run run) {
+  const ChunkCodec::Impl& c = codec.impl();
+  auto boxes = std::make_shared<std::vector<Box>>();
+  try {
+    boxes->reserve(items.size());
+    for (const Item& item : items) {
+      check_size(rt, c, item.key);
+      boxes->push_back(resolve(c, item.box, strides_of(item), item.key));
+      check_memory(item, boxes->back());
+    }
+  } catch (...) {
+    fail_through_pool(rt, std::move(handler), std::current_exception());
+    return;
+  }
+  auto job = std::make_shared<Job>();
+  job->rt = &rt;
+  job->n = items.size();
+  job->handler.emplace(std::move(handler));
+  job->run = [&rt, codec, items, boxes, run](std::size_t i) {
+    Item& item = items[i];
+    try {
+      run(rt, codec.impl(), item, (*boxes)[i]);
+    } catch (...) {
+      rethrow_keyed(item.key);
+    }
+  };
+  submit(rt, std::move(job), items.size() * c.chunk_bytes);
+}
+
+}  // namespace
+
 namespace detail {
 
 void start_decode(Runtime& rt, const ChunkCodec& codec, std::span<ChunkDecode> items, AnyCompletion<void> handler) {
-  const ChunkCodec::Impl& c = codec.impl();
-  auto boxes = std::make_shared<std::vector<Box>>();
-  std::uint64_t bytes = 0;
-  try {
-    boxes->reserve(items.size());
-    for (const ChunkDecode& item : items) {
-      check_size(rt, c, item.key);
-      boxes->push_back(resolve(c, item.box, item.out_strides, item.key));
-      if (boxes->back().elements > 0 && !item.out)
-        throw InvalidArgument(item.key, "out", "no destination for a box of elements");
-      bytes += c.chunk_bytes;
-    }
-  } catch (...) {
-    fail_through_pool(rt, std::move(handler), std::current_exception());
-    return;
-  }
-  auto job = std::make_shared<Job>();
-  job->rt = &rt;
-  job->n = items.size();
-  job->handler.emplace(std::move(handler));
-  job->run = [&rt, codec, items, boxes](std::size_t i) {
-    const ChunkDecode& item = items[i];
-    count(rt, item.encoded && !codec.impl().pipeline->is_trivial());
-    try {
-      decode_one(codec.impl(), item, (*boxes)[i]);
-    } catch (...) {
-      rethrow_keyed(item.key);
-    }
-  };
-  submit(rt, std::move(job), bytes);
+  start_batch(rt, codec, items, std::move(handler),
+              [](Runtime& r, const ChunkCodec::Impl& c, const ChunkDecode& item, const Box& box) {
+                count(r, item.encoded && !c.pipeline->is_trivial());
+                decode_one(c, item, box);
+              });
 }
 
 void start_encode(Runtime& rt, const ChunkCodec& codec, std::span<ChunkEncode> items, AnyCompletion<void> handler) {
-  const ChunkCodec::Impl& c = codec.impl();
-  auto boxes = std::make_shared<std::vector<Box>>();
-  std::uint64_t bytes = 0;
-  try {
-    boxes->reserve(items.size());
-    for (const ChunkEncode& item : items) {
-      check_size(rt, c, item.key);
-      boxes->push_back(resolve(c, item.box, item.value_strides, item.key));
-      if (boxes->back().elements > 0 && !item.value)
-        throw InvalidArgument(item.key, "value", "no source for a box of elements");
-      bytes += c.chunk_bytes;
-    }
-  } catch (...) {
-    fail_through_pool(rt, std::move(handler), std::current_exception());
-    return;
-  }
-  auto job = std::make_shared<Job>();
-  job->rt = &rt;
-  job->n = items.size();
-  job->handler.emplace(std::move(handler));
-  job->run = [&rt, codec, items, boxes](std::size_t i) {
-    ChunkEncode& item = items[i];
-    count(rt, !codec.impl().pipeline->is_trivial());
-    try {
-      encode_one(codec.impl(), item, (*boxes)[i]);
-    } catch (...) {
-      rethrow_keyed(item.key);
-    }
-  };
-  submit(rt, std::move(job), bytes);
+  start_batch(rt, codec, items, std::move(handler),
+              [](Runtime& r, const ChunkCodec::Impl& c, ChunkEncode& item, const Box& box) {
+                count(r, !c.pipeline->is_trivial());
+                encode_one(c, item, box);
+              });
 }
 
 }  // namespace detail
