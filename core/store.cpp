@@ -1,5 +1,5 @@
 // The Store base class's shared parts: key validation, byte-range clipping,
-// the defaults that map one primitive set onto the other (store.hpp).
+// the shorthands over read and write, and the optional methods' defaults (store.hpp).
 #include <algorithm>
 #include <cassert>
 #include <zarrcoro/error.hpp>
@@ -41,16 +41,30 @@ void validate_key(const std::string& key) {
   }
 }
 
-awaitable<std::optional<Bytes>> Store::get_by_read(std::string key, ByteRange range) {
+awaitable<std::optional<Bytes>> Store::get(std::string key, ByteRange range) {
   ReadOptions options;  // named: g++ 12 miscompiles a braced temporary beside co_await
   options.range = range;
-  auto r = co_await read(std::move(key), std::move(options));
+  options.need_generation = false;
+  ReadResult r = co_await read(std::move(key), std::move(options));
   co_return std::move(r.value);
 }
 
-awaitable<void> Store::set_by_write(std::string key, std::optional<Bytes> value) {
+awaitable<void> Store::set(std::string key, Bytes value) {
   WriteOptions unconditional;
   co_await write(std::move(key), std::move(value), std::move(unconditional));
+}
+
+awaitable<void> Store::erase(std::string key) {
+  WriteOptions unconditional;
+  co_await write(std::move(key), std::nullopt, std::move(unconditional));
+}
+
+awaitable<bool> Store::exists(std::string key) {
+  ReadOptions options;
+  options.range = ByteRange::from(0, 0);
+  options.need_generation = false;
+  ReadResult r = co_await read(std::move(key), std::move(options));
+  co_return r.value.has_value();
 }
 
 awaitable<std::vector<KeySize>> Store::list_sizes(std::string prefix) {
@@ -65,14 +79,6 @@ awaitable<std::vector<KeySize>> Store::list_sizes(std::string prefix) {
     out.push_back(std::move(ks));
   }
   co_return out;
-}
-
-awaitable<ReadResult> Store::read(std::string key, ReadOptions options) {
-  if (!options.if_equal.unknown())
-    throw UnsupportedError(key, "if_equal", url() + " cannot read conditionally (it does not version values)");
-  ReadResult r;  // generation unknown, also for a missing key: absent() is a condition this store cannot honour
-  r.value = co_await get(std::move(key), options.range);
-  co_return r;
 }
 
 awaitable<void> Store::erase_many(std::vector<std::string> keys) {
@@ -92,15 +98,6 @@ void Store::try_read_now_many(std::span<const std::string> keys, std::span<const
       out[k].error = std::current_exception();
     }
   }
-}
-
-awaitable<std::optional<Generation>> Store::write(std::string key, std::optional<Bytes> value,
-                                                  WriteOptions options) {
-  if (!options.if_equal.unknown())
-    throw UnsupportedError(key, "if_equal", url() + " cannot write conditionally (it does not version values)");
-  if (value) co_await set(std::move(key), std::move(*value));
-  else co_await erase(std::move(key));
-  co_return Generation{};
 }
 
 }  // namespace zarrcoro

@@ -8,18 +8,6 @@ CountingStore::CountingStore(std::shared_ptr<Store> inner) : inner_(std::move(in
   if (!inner_) throw InvalidArgument("", "inner", "CountingStore needs an inner store");
 }
 
-awaitable<std::optional<Bytes>> CountingStore::get(std::string key, ByteRange range) {
-  ++gets_;
-  {
-    std::lock_guard lock(log_mu_);
-    log_.emplace_back(key, range);
-  }
-  auto value = co_await inner_->get(std::move(key), range);
-  if (value) get_bytes_ += value->size();
-  else ++get_misses_;
-  co_return value;
-}
-
 awaitable<ReadResult> CountingStore::read(std::string key, ReadOptions options) {
   count_get(key, options.range);
   const std::size_t into_bytes = options.into.size();
@@ -80,22 +68,6 @@ awaitable<std::optional<Generation>> CountingStore::write(std::string key, std::
   co_return g;
 }
 
-awaitable<void> CountingStore::set(std::string key, Bytes value) {
-  ++sets_;
-  set_bytes_ += value.size();
-  co_await inner_->set(std::move(key), std::move(value));
-}
-
-awaitable<void> CountingStore::erase(std::string key) {
-  ++erases_;
-  co_await inner_->erase(std::move(key));
-}
-
-awaitable<bool> CountingStore::exists(std::string key) {
-  ++exists_;
-  co_return co_await inner_->exists(std::move(key));
-}
-
 awaitable<std::vector<KeySize>> CountingStore::list_sizes(std::string prefix) {
   ++lists_;
   co_return co_await inner_->list_sizes(std::move(prefix));
@@ -109,7 +81,7 @@ awaitable<std::vector<std::string>> CountingStore::list(std::string prefix) {
 std::string CountingStore::url() const { return "counting+" + inner_->url(); }
 
 CountingStore::Counts CountingStore::counts() const {
-  return {gets_, get_bytes_, get_misses_, sets_, set_bytes_, erases_, conflicts_, exists_, lists_};
+  return {gets_, get_bytes_, get_misses_, sets_, set_bytes_, erases_, conflicts_, lists_};
 }
 
 std::vector<std::pair<std::string, ByteRange>> CountingStore::gets_log() const {
@@ -118,7 +90,7 @@ std::vector<std::pair<std::string, ByteRange>> CountingStore::gets_log() const {
 }
 
 void CountingStore::reset() {
-  for (auto* c : {&gets_, &get_bytes_, &get_misses_, &sets_, &set_bytes_, &erases_, &exists_, &lists_, &conflicts_})
+  for (auto* c : {&gets_, &get_bytes_, &get_misses_, &sets_, &set_bytes_, &erases_, &lists_, &conflicts_})
     *c = 0;
   std::lock_guard lock(log_mu_);
   log_.clear();

@@ -177,11 +177,6 @@ ReadResult FilesystemStore::read_now(const std::string& key, const ReadOptions& 
   return result;
 }
 
-bool FilesystemStore::exists_now(const std::string& key) const {
-  struct stat st {};
-  return stat_file(key, st);
-}
-
 // Whether a regular file is at `key` (symlinks inside the root followed);
 // `st` describes it. StoreError as a read of the key.
 bool FilesystemStore::stat_file(const std::string& key, struct stat& st) const {
@@ -384,17 +379,6 @@ awaitable<ReadResult> FilesystemStore::read(std::string key, ReadOptions options
   auto job = [this, &key, fd, &e, &options, &result] { read_blocking(key, fd, e, options.into, result); };
   co_await offload(std::move(job));
   co_return result;
-}
-
-awaitable<std::optional<Bytes>> FilesystemStore::get(std::string key, ByteRange range) {
-  return get_by_read(std::move(key), range);
-}
-
-awaitable<bool> FilesystemStore::exists(std::string key) {
-  check_key(key);
-  if (uses_io_uring()) co_return exists_now(key);
-  auto job = std::bind_front(&FilesystemStore::exists_now, this, std::move(key));
-  co_return co_await offload(std::move(job));
 }
 
 }  // namespace zarrcoro

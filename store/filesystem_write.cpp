@@ -340,10 +340,4 @@ awaitable<std::optional<Generation>> FilesystemStore::write(std::string key, std
   co_return co_await offload(std::move(job));
 }
 
-awaitable<void> FilesystemStore::set(std::string key, Bytes value) {
-  return set_by_write(std::move(key), std::move(value));
-}
-
-awaitable<void> FilesystemStore::erase(std::string key) { return set_by_write(std::move(key), std::nullopt); }
-
 }  // namespace zarrcoro

@@ -139,36 +139,11 @@ awaitable<ReadResult> HttpStore::read(std::string key, ReadOptions options) {
   co_return result;
 }
 
-awaitable<std::optional<Bytes>> HttpStore::get(std::string key, ByteRange range) {
-  return get_by_read(std::move(key), range);
-}
-
-awaitable<bool> HttpStore::exists(std::string key) {
+awaitable<std::optional<Generation>> HttpStore::write(std::string key, std::optional<Bytes> value, WriteOptions) {
   validate_key(key);
-  http::Request req;
-  req.method = bh::verb::head;
-  req.origin = *origin_;
-  req.target = target(key);
-  req.key = key;
-  req.headers = options_.headers;
-  http::Response r = co_await fetch(std::move(req));
-  if (r.status >= 200 && r.status < 300) co_return true;
-  if (r.status == 404 || r.status == 410) co_return false;
-  throw StoreError(key, "HTTP " + std::to_string(r.status),
-                   "HEAD " + base_ + target(key) + ": " + std::to_string(r.status) + " " +
-                       std::string(http::status_text(r.status)));
-}
-
-awaitable<void> HttpStore::set(std::string key, Bytes) {
-  validate_key(key);
-  throw StoreError(key, "read_only", url() + " is a read-only HTTP store: values cannot be written");
-  co_return;
-}
-
-awaitable<void> HttpStore::erase(std::string key) {
-  validate_key(key);
-  throw StoreError(key, "read_only", url() + " is a read-only HTTP store: values cannot be erased");
-  co_return;
+  throw StoreError(key, "read_only",
+                   url() + " is a read-only HTTP store: values cannot be " + (value ? "written" : "erased"));
+  co_return std::nullopt;
 }
 
 awaitable<std::vector<std::string>> HttpStore::list(std::string prefix) {

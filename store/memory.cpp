@@ -128,22 +128,6 @@ awaitable<std::optional<Generation>> MemoryStore::write(std::string key, std::op
   co_return g;
 }
 
-awaitable<std::optional<Bytes>> MemoryStore::get(std::string key, ByteRange range) {
-  return get_by_read(std::move(key), range);
-}
-
-awaitable<void> MemoryStore::set(std::string key, Bytes value) {
-  return set_by_write(std::move(key), std::move(value));
-}
-
-awaitable<void> MemoryStore::erase(std::string key) { return set_by_write(std::move(key), std::nullopt); }
-
-awaitable<bool> MemoryStore::exists(std::string key) {
-  validate_key(key);
-  std::lock_guard lock(mu_);
-  co_return values_.contains(key);
-}
-
 awaitable<std::vector<KeySize>> MemoryStore::list_sizes(std::string prefix) {
   std::vector<KeySize> out;
   {

@@ -338,21 +338,6 @@ awaitable<ReadResult> S3Store::read(std::string key, ReadOptions options) {
   co_return result;
 }
 
-awaitable<std::optional<Bytes>> S3Store::get(std::string key, ByteRange range) {
-  return get_by_read(std::move(key), range);
-}
-
-awaitable<bool> S3Store::exists(std::string key) {
-  validate_key(key);
-  const auto d = impl_;
-  const std::string object = d->object(key);
-  http::Request r_req = d->make(bh::verb::head, object, {}, {}, nullptr, {}, key);
-  http::Response r = co_await d->send(std::move(r_req));
-  if (r.status == 200) co_return true;
-  if (r.status == 404) co_return false;
-  d->fail(key, "HEAD", object, r);
-}
-
 // `hash(body)` (e.g. sigv4::md5_base64, a Content-MD5 value): inline for a small body, else on the store's hashing threads.
 static awaitable<std::string> hashed(std::shared_ptr<S3Store::Impl> d, ByteSpan body,
                                      std::string (*hash)(ByteSpan)) {
@@ -541,12 +526,6 @@ awaitable<std::optional<Generation>> S3Store::write(std::string key, std::option
   co_await asio::this_coro::throw_if_cancelled(throw_if_cancelled);
   std::rethrow_exception(failure);
 }
-
-awaitable<void> S3Store::set(std::string key, Bytes value) {
-  return set_by_write(std::move(key), std::move(value));
-}
-
-awaitable<void> S3Store::erase(std::string key) { return set_by_write(std::move(key), std::nullopt); }
 
 // Lists with ListObjectsV2 (all pages); names relative to the store's prefix.
 static awaitable<S3Store::Listing> list_objects(std::shared_ptr<S3Store::Impl> d, std::string prefix,

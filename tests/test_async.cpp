@@ -78,10 +78,6 @@ class SlowStore final : public Store {
   std::chrono::hours delay{1};
   std::atomic<std::size_t> gets{0}, writes{0}, held{0}, cancelled{0};
 
-  awaitable<std::optional<Bytes>> get(std::string key, ByteRange range) override {
-    co_await hold(gets++ >= fast_gets);
-    co_return co_await inner_->get(std::move(key), range);
-  }
   awaitable<ReadResult> read(std::string key, ReadOptions options) override {
     co_await hold(gets++ >= fast_gets);
     co_return co_await inner_->read(std::move(key), std::move(options));
@@ -91,9 +87,6 @@ class SlowStore final : public Store {
     co_await hold(writes++ >= fast_writes);
     co_return co_await inner_->write(std::move(key), std::move(value), std::move(options));
   }
-  awaitable<void> set(std::string key, Bytes value) override { co_await inner_->set(std::move(key), std::move(value)); }
-  awaitable<void> erase(std::string key) override { co_await inner_->erase(std::move(key)); }
-  awaitable<bool> exists(std::string key) override { co_return co_await inner_->exists(std::move(key)); }
   awaitable<std::vector<std::string>> list(std::string prefix) override {
     co_return co_await inner_->list(std::move(prefix));
   }

@@ -88,29 +88,26 @@ struct OtherWriter {
   std::shared_ptr<FilesystemStore> store;
 };
 
-// A store that cannot version values: get, set, erase, exists and list over
-// a map, and the Store defaults for read and write. `after_get`, when set,
-// runs once after a get of `hook_key` for a suffix range (a shard index at
-// the end), before that get returns what it read.
+// A store that cannot version values, over a map: its generations are
+// unknown and conditions raise UnsupportedError. `after_get`, when set,
+// runs once after a read of `hook_key` for a suffix range (a shard index at
+// the end), before that read returns what it read.
 class PlainStore final : public Store {
  public:
   std::string hook_key;
   std::function<awaitable<void>()> after_get;
 
-  awaitable<std::optional<Bytes>> get(std::string key, ByteRange range) override {
-    std::optional<Bytes> out;
+  awaitable<ReadResult> read(std::string key, ReadOptions options) override {
+    if (!options.if_equal.unknown()) throw UnsupportedError(key, "if_equal", "plain: no versions");
+    const ByteRange range = options.range;
+    ReadResult out;
     {
       std::lock_guard lk(mu_);
       if (auto it = values_.find(key); it != values_.end()) {
         const Bytes& v = it->second;
-        std::uint64_t begin = 0, end = v.size();
-        if (range.kind == ByteRange::Kind::range) {
-          begin = std::min<std::uint64_t>(range.offset, v.size());
-          end = std::min<std::uint64_t>(begin + std::min<std::uint64_t>(range.length, v.size()), v.size());
-        } else if (range.kind == ByteRange::Kind::suffix) {
-          begin = v.size() > range.length ? v.size() - range.length : 0;
-        }
-        out = Bytes(v.begin() + static_cast<std::ptrdiff_t>(begin), v.begin() + static_cast<std::ptrdiff_t>(end));
+        const ByteExtent e = clip(range, v.size());
+        out.value = Bytes(v.begin() + static_cast<std::ptrdiff_t>(e.begin),
+                          v.begin() + static_cast<std::ptrdiff_t>(e.end));
       }
     }
     if (after_get && key == hook_key && range.kind == ByteRange::Kind::suffix) {
@@ -119,19 +116,13 @@ class PlainStore final : public Store {
     }
     co_return out;
   }
-  awaitable<void> set(std::string key, Bytes value) override {
+  awaitable<std::optional<Generation>> write(std::string key, std::optional<Bytes> value,
+                                             WriteOptions options) override {
+    if (!options.if_equal.unknown()) throw UnsupportedError(key, "if_equal", "plain: no versions");
     std::lock_guard lk(mu_);
-    values_[key] = std::move(value);
-    co_return;
-  }
-  awaitable<void> erase(std::string key) override {
-    std::lock_guard lk(mu_);
-    values_.erase(key);
-    co_return;
-  }
-  awaitable<bool> exists(std::string key) override {
-    std::lock_guard lk(mu_);
-    co_return values_.contains(key);
+    if (value) values_[key] = std::move(*value);
+    else values_.erase(key);
+    co_return Generation{};
   }
   awaitable<std::vector<std::string>> list(std::string prefix) override {
     std::lock_guard lk(mu_);

@@ -324,10 +324,6 @@ TEST_CASE("resize refuses a handle whose metadata is no longer the stored one (e
 struct AfterWriteStore final : MemoryStore {
   std::string key;
   std::function<awaitable<void>()> after;
-  awaitable<void> set(std::string k, Bytes v) override {
-    co_await MemoryStore::set(k, std::move(v));
-    co_await run_hook(std::move(k));
-  }
   awaitable<std::optional<Generation>> write(std::string k, std::optional<Bytes> v, WriteOptions o) override {
     auto stored = co_await MemoryStore::write(k, std::move(v), std::move(o));
     co_await run_hook(std::move(k));

@@ -195,14 +195,20 @@ class ReadThroughHttp : public Store {
  public:
   ReadThroughHttp(std::shared_ptr<HttpStore> http, std::shared_ptr<FilesystemStore> files)
       : http_(std::move(http)), files_(std::move(files)) {}
-  awaitable<std::optional<Bytes>> get(std::string key, ByteRange range) override {
-    co_return co_await http_->get(std::move(key), range);
+  // No versions: the ETags of reads and the generations of writes would not
+  // compare. Conditions raise UnsupportedError; generations are unknown.
+  awaitable<ReadResult> read(std::string key, ReadOptions options) override {
+    if (!options.if_equal.unknown()) throw UnsupportedError(key, "if_equal", "read through HTTP: no versions");
+    ReadResult r = co_await http_->read(std::move(key), std::move(options));
+    r.generation = {};
+    co_return r;
   }
-  awaitable<bool> exists(std::string key) override { co_return co_await http_->exists(std::move(key)); }
-  awaitable<void> set(std::string key, Bytes value) override {
-    co_await files_->set(std::move(key), std::move(value));
+  awaitable<std::optional<Generation>> write(std::string key, std::optional<Bytes> value,
+                                             WriteOptions options) override {
+    if (!options.if_equal.unknown()) throw UnsupportedError(key, "if_equal", "read through HTTP: no versions");
+    co_await files_->write(std::move(key), std::move(value), std::move(options));
+    co_return Generation{};
   }
-  awaitable<void> erase(std::string key) override { co_await files_->erase(std::move(key)); }
   awaitable<std::vector<std::string>> list(std::string prefix) override {
     co_return co_await files_->list(std::move(prefix));
   }

@@ -166,7 +166,7 @@ struct RacingStore : MemoryStore {
     if (replacement && k == key && options.range.kind == ByteRange::Kind::full) {
       Bytes next = std::move(*replacement);
       replacement.reset();
-      co_await MemoryStore::set(std::move(k), std::move(next));
+      co_await set(std::move(k), std::move(next));
     }
     co_return r;
   }

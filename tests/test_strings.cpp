@@ -491,10 +491,6 @@ class HoldingStore final : public Store {
   explicit HoldingStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {}
   std::atomic<std::size_t> held{0};
 
-  awaitable<std::optional<Bytes>> get(std::string key, ByteRange range) override {
-    co_await hold(key);
-    co_return co_await inner_->get(std::move(key), range);
-  }
   awaitable<ReadResult> read(std::string key, ReadOptions options) override {
     co_await hold(key);
     co_return co_await inner_->read(std::move(key), std::move(options));
@@ -503,9 +499,6 @@ class HoldingStore final : public Store {
                                              WriteOptions options) override {
     co_return co_await inner_->write(std::move(key), std::move(value), std::move(options));
   }
-  awaitable<void> set(std::string key, Bytes value) override { co_await inner_->set(std::move(key), std::move(value)); }
-  awaitable<void> erase(std::string key) override { co_await inner_->erase(std::move(key)); }
-  awaitable<bool> exists(std::string key) override { co_return co_await inner_->exists(std::move(key)); }
   awaitable<std::vector<std::string>> list(std::string prefix) override {
     co_return co_await inner_->list(std::move(prefix));
   }

@@ -27,9 +27,9 @@
 // its generations are unknown).
 // HttpStore versions by ETag (conditional reads via If-Match); S3Store also
 // writes conditionally (If-Match / If-None-Match). A store that cannot
-// version values keeps the defaults below: generations are unknown,
-// conditions raise UnsupportedError, and the engine falls back to
-// unconditional reads and writes (no protection against other writers).
+// version values reports unknown generations and raises UnsupportedError
+// for conditions; the engine then falls back to unconditional reads and
+// writes (no protection against other writers).
 #pragma once
 
 #include <cstdint>
@@ -154,41 +154,7 @@ class Store {
  public:
   virtual ~Store() = default;
 
-  // Returns the value (or the requested part of it), or nullopt if the key is
-  // absent. A range reaching past the end is clipped to the value's end; a
-  // suffix longer than the value returns the whole value.
-  virtual awaitable<std::optional<Bytes>> get(std::string key, ByteRange range = {}) = 0;
-
-  // Stores `value` under `key`, replacing any previous value atomically: a
-  // concurrent reader sees the old or the new value, never a mix.
-  virtual awaitable<void> set(std::string key, Bytes value) = 0;
-
-  // Removes `key`; removing an absent key succeeds.
-  virtual awaitable<void> erase(std::string key) = 0;
-
-  // True if `key` holds a value.
-  virtual awaitable<bool> exists(std::string key) = 0;
-
-  // Removes every key in `keys`; absent keys are fine. Raises InvalidArgument
-  // for a bad key, StoreError naming the first key that could not be
-  // removed (earlier ones may be gone). The default erases them one by one;
-  // S3Store sends DeleteObjects requests of 1000 keys.
-  virtual awaitable<void> erase_many(std::vector<std::string> keys);
-
-  // All keys starting with `prefix` (which is a plain string prefix; use a
-  // trailing '/' to list a "directory"), in lexicographic order.
-  virtual awaitable<std::vector<std::string>> list(std::string prefix) = 0;
-
-  // list() with the size of each value in bytes (storage statistics, as
-  // `zarrcoro info` shows them). The default lists, then reads each value
-  // to measure it (a key that vanishes meanwhile is left out);
-  // FilesystemStore (stat), MemoryStore and S3Store (ListObjectsV2's Size)
-  // answer from the listing alone. Errors as list (a store that cannot list
-  // raises there).
-  virtual awaitable<std::vector<KeySize>> list_sizes(std::string prefix);
-
-  // A short description for messages, e.g. "memory" or "file:///data/a.zarr".
-  virtual std::string url() const = 0;
+  // ---- The primitives: a store implements read, write, list and url. ----
 
   // read and write take their options without defaults on purpose: g++ 12
   // miscompiles a defaulted (braced) argument with a destructor in a
@@ -197,20 +163,60 @@ class Store {
   //   o.if_equal = g;
   //   ReadResult r = co_await store->read(key, std::move(o));
 
-  // A versioned, optionally conditional read (see Generation). The default
-  // reads with get() and reports an unknown generation, also for a missing
-  // key (absent() would be a condition it cannot honour); a condition
-  // raises UnsupportedError(key, "if_equal").
-  virtual awaitable<ReadResult> read(std::string key, ReadOptions options);
+  // A versioned, optionally conditional read (see Generation and
+  // ReadOptions). The value is the requested range of the key's value,
+  // clipped to its end (a suffix longer than the value is the whole
+  // value), or nullopt if the key holds no value. A store that cannot
+  // version values reports an unknown generation, also for a missing key
+  // (absent() would be a condition it cannot honour), and raises
+  // UnsupportedError(key, "if_equal") for a condition. An empty range asks
+  // only whether the key holds a value (HTTP and S3: a HEAD request).
+  virtual awaitable<ReadResult> read(std::string key, ReadOptions options) = 0;
 
-  // Stores `value` (nullopt: erases the key), atomically like set and erase,
-  // if the condition holds. Returns the new generation (absent() after an
-  // erase; unknown if the store cannot tell), or nullopt when the condition
-  // failed and nothing was written. The default writes with set()/erase()
-  // and returns an unknown generation; a condition raises
-  // UnsupportedError(key, "if_equal").
+  // Stores `value` (nullopt: erases the key; erasing an absent key
+  // succeeds) if the condition holds, replacing any previous value
+  // atomically: a concurrent reader sees the old or the new value, never a
+  // mix. Returns the new generation (absent() after an erase; unknown if
+  // the store cannot tell), or nullopt when the condition failed and
+  // nothing was written. A store that cannot version values raises
+  // UnsupportedError(key, "if_equal") for a condition.
   virtual awaitable<std::optional<Generation>> write(std::string key, std::optional<Bytes> value,
-                                                     WriteOptions options);
+                                                     WriteOptions options) = 0;
+
+  // All keys starting with `prefix` (which is a plain string prefix; use a
+  // trailing '/' to list a "directory"), in lexicographic order.
+  virtual awaitable<std::vector<std::string>> list(std::string prefix) = 0;
+
+  // A short description for messages, e.g. "memory" or "file:///data/a.zarr".
+  virtual std::string url() const = 0;
+
+  // ---- Shorthands over read and write (same errors). ----
+
+  // The value (or the requested part of it), or nullopt if the key is absent:
+  // an unconditional read that needs no generation.
+  awaitable<std::optional<Bytes>> get(std::string key, ByteRange range = {});
+  // An unconditional write of `value`.
+  awaitable<void> set(std::string key, Bytes value);
+  // An unconditional erase; removing an absent key succeeds.
+  awaitable<void> erase(std::string key);
+  // True if `key` holds a value: a read of an empty range.
+  awaitable<bool> exists(std::string key);
+
+  // ---- Optional: defaults built on the primitives, which a store may answer faster. ----
+
+  // Removes every key in `keys`; absent keys are fine. Raises InvalidArgument
+  // for a bad key, StoreError naming the first key that could not be
+  // removed (earlier ones may be gone). The default erases them one by one;
+  // S3Store sends DeleteObjects requests of 1000 keys.
+  virtual awaitable<void> erase_many(std::vector<std::string> keys);
+
+  // list() with the size of each value in bytes (storage statistics, as
+  // `zarrcoro info` shows them). The default lists, then reads each value
+  // to measure it (a key that vanishes meanwhile is left out);
+  // FilesystemStore (stat), MemoryStore and S3Store (ListObjectsV2's Size)
+  // answer from the listing alone. Errors as list (a store that cannot list
+  // raises there).
+  virtual awaitable<std::vector<KeySize>> list_sizes(std::string prefix);
 
   // The same read answered at once on the calling thread, when the store can
   // do so without waiting (a value in memory, a file in the page cache), or
@@ -287,11 +293,6 @@ class Store {
   // If-Match on DeleteObject; S3Store checks, then deletes). The engine then
   // stores an all-fill chunk conditionally instead of erasing one.
   virtual bool erases_atomically() const { return true; }
-
- protected:
-  // get, set and erase for stores whose read and write are primary.
-  awaitable<std::optional<Bytes>> get_by_read(std::string key, ByteRange range);
-  awaitable<void> set_by_write(std::string key, std::optional<Bytes> value);
 };
 
 // Throws InvalidArgument unless `key` is a valid store key (see above).

@@ -1,9 +1,9 @@
 // A Store decorator that counts the requests passing through it and records
-// the byte range of every get. Used by tests ("a full read of a zero-size
+// the byte range of every read. Used by tests ("a full read of a zero-size
 // array makes zero store requests") and to verify partial (sharded) reads.
 //
 // Thread-safety: every method may be called concurrently. Counters are atomic;
-// the get log is guarded by a mutex. counts() is a snapshot whose fields are
+// the read log is guarded by a mutex. counts() is a snapshot whose fields are
 // read one by one, so it is exact only while no request is in flight.
 #pragma once
 
@@ -22,17 +22,16 @@ namespace zarrcoro {
 class CountingStore : public Store {
  public:
   struct Counts {
-    std::uint64_t gets = 0;       // get and read calls (including misses and failures)
-    std::uint64_t get_bytes = 0;  // bytes returned by successful gets
-    std::uint64_t get_misses = 0; // gets that returned nullopt
-    std::uint64_t sets = 0;       // set calls and writes of a value
-    std::uint64_t set_bytes = 0;  // bytes passed to set
-    std::uint64_t erases = 0;     // erase calls and writes of nullopt
+    std::uint64_t gets = 0;       // reads, get and exists among them (including misses and failures)
+    std::uint64_t get_bytes = 0;  // bytes returned by successful reads
+    std::uint64_t get_misses = 0; // reads of an absent key
+    std::uint64_t sets = 0;       // writes of a value (set among them)
+    std::uint64_t set_bytes = 0;  // bytes written
+    std::uint64_t erases = 0;     // writes of nullopt (erase among them)
     std::uint64_t conflicts = 0;  // reads and writes whose condition failed
-    std::uint64_t exists = 0;     // exists calls
     std::uint64_t lists = 0;      // list calls
     // All requests of any kind.
-    std::uint64_t requests() const { return gets + sets + erases + exists + lists; }
+    std::uint64_t requests() const { return gets + sets + erases + lists; }
     bool operator==(const Counts&) const = default;
   };
 
@@ -42,10 +41,6 @@ class CountingStore : public Store {
   // Each method counts the call, then forwards to the inner store and
   // succeeds or fails exactly as it does (a call is counted even if the inner
   // store throws, e.g. for an invalid key).
-  awaitable<std::optional<Bytes>> get(std::string key, ByteRange range = {}) override;
-  awaitable<void> set(std::string key, Bytes value) override;
-  awaitable<void> erase(std::string key) override;
-  awaitable<bool> exists(std::string key) override;
   awaitable<std::vector<std::string>> list(std::string prefix) override;
   awaitable<std::vector<KeySize>> list_sizes(std::string prefix) override;  // counted as a list
   awaitable<ReadResult> read(std::string key, ReadOptions options) override;
@@ -61,7 +56,7 @@ class CountingStore : public Store {
 
   // A snapshot of the counters.
   Counts counts() const;
-  // Every get so far, in call order: (key, requested range).
+  // Every read so far, in call order: (key, requested range).
   std::vector<std::pair<std::string, ByteRange>> gets_log() const;
   // Zeroes the counters and clears the get log.
   void reset();
@@ -74,7 +69,7 @@ class CountingStore : public Store {
 
   std::shared_ptr<Store> inner_;
   std::atomic<std::uint64_t> gets_{0}, get_bytes_{0}, get_misses_{0}, sets_{0}, set_bytes_{0},
-      erases_{0}, exists_{0}, lists_{0}, conflicts_{0};
+      erases_{0}, lists_{0}, conflicts_{0};
   mutable std::mutex log_mu_;
   std::vector<std::pair<std::string, ByteRange>> log_;
 };

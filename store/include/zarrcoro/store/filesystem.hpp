@@ -96,20 +96,6 @@ class FilesystemStore : public Store {
                   FilesystemOptions opts = {});
   ~FilesystemStore() override;
 
-  // Success: the (clipped) range of the file's contents, or nullopt if no
-  // regular file is at the key (a directory there counts as absent).
-  // Failure: InvalidArgument (bad key), StoreError (I/O error, symlink escape).
-  awaitable<std::optional<Bytes>> get(std::string key, ByteRange range = {}) override;
-  // Success: the file holds exactly `value` (parent directories created).
-  // Failure: InvalidArgument, StoreError naming the key and the OS error; the
-  // previous value is then intact and no temporary file is left behind.
-  awaitable<void> set(std::string key, Bytes value) override;
-  // Success: no file at the key (also if there was none); empty parent
-  // directories up to, not including, the root are removed.
-  // Failure: InvalidArgument, StoreError.
-  awaitable<void> erase(std::string key) override;
-  // Success: whether a regular file is at the key. Failure: as get.
-  awaitable<bool> exists(std::string key) override;
   // Success: sorted keys of the regular files (and of symlinks to regular
   // files inside the root) whose '/'-joined relative path
   // starts with `prefix` (temporary files excluded, stale ones removed; a
@@ -120,7 +106,15 @@ class FilesystemStore : public Store {
   // "file://<absolute root>"
   std::string url() const override;
   boost::asio::any_io_executor get_executor() const override { return io_; }
-  // Versioned and conditional forms (see Store). The generation is the
+  // read: the (clipped) range of the file's contents, or nullopt if no
+  // regular file is at the key (a directory there counts as absent).
+  // write: the file holds exactly `value` (parent directories created), or
+  // no file is at the key (empty parent directories up to, not including,
+  // the root removed). Failure: InvalidArgument (bad key), StoreError
+  // naming the key and the OS error (also for a symlink that escapes the
+  // root); after a failed write the previous value is intact and no
+  // temporary file is left behind.
+  // Versioned and conditional (see Store). The generation is the
   // device, inode, size and modification time of the file, taken from the
   // descriptor the read uses; each write sets a time unique in the process
   // to the microsecond (1 ns past it). Where the file's time has no part
@@ -233,7 +227,6 @@ class FilesystemStore : public Store {
   ReadResult read_now(const std::string& key, const ReadOptions& options) const;
   std::optional<Generation> write_now(const std::string& key, const Bytes& value, const Generation& if_equal) const;
   bool erase_now(const std::string& key, const Generation& if_equal, bool* would_wait = nullptr) const;
-  bool exists_now(const std::string& key) const;
   bool stat_file(const std::string& key, struct ::stat& st) const;
   std::vector<std::string> list_now(const std::string& prefix) const;
   std::vector<KeySize> walk_now(const std::string& prefix, bool sizes) const;

@@ -36,8 +36,8 @@
 // with StoreError field "Content-Encoding" naming the coding and the key.
 // Coded bytes are never returned as the value.
 //
-// The store is read-only: set and erase fail with StoreError (field
-// "read_only"); list fails with StoreError (field "list"): plain HTTP has no
+// The store is read-only: writes (set and erase too) fail with StoreError
+// (field "read_only"); list fails with StoreError (field "list"): plain HTTP has no
 // way to enumerate keys.
 #pragma once
 
@@ -130,23 +130,19 @@ class HttpStore : public Store {
   ~HttpStore() override;
 
   // Success: the (clipped) range of the value, or nullopt when the server
-  // answers 404 or 410. Failure: InvalidArgument (bad key), StoreError
-  // (transport failure after retries, an unexpected status, a 206 that does
-  // not match the request, a whole-body fallback above max_full_body, a
-  // Content-Encoding that cannot be decoded).
-  awaitable<std::optional<Bytes>> get(std::string key, ByteRange range = {}) override;
-  // get with the value's generation: its strong ETag (unknown when the
-  // server sends none, or a weak one). A condition is sent as If-Match; a
-  // 412, or an answer whose ETag differs (a server that ignores If-Match),
-  // reads as `changed`. A condition on absence is checked on the answer.
+  // answers 404 or 410, with the value's generation: its strong ETag
+  // (unknown when the server sends none, or a weak one). An empty range is
+  // a HEAD request. A condition is sent as If-Match; a 412, or an answer
+  // whose ETag differs (a server that ignores If-Match), reads as
+  // `changed`. A condition on absence is checked on the answer.
+  // Failure: InvalidArgument (bad key), StoreError (transport failure after
+  // retries, an unexpected status, a 206 that does not match the request, a
+  // whole-body fallback above max_full_body, a Content-Encoding that cannot
+  // be decoded).
   awaitable<ReadResult> read(std::string key, ReadOptions options) override;
   // Failure, always: InvalidArgument for a bad key, else StoreError (read-only).
-  awaitable<void> set(std::string key, Bytes value) override;
-  // Failure, always: InvalidArgument for a bad key, else StoreError (read-only).
-  awaitable<void> erase(std::string key) override;
-  // Success: whether HEAD answers 2xx (false for 404 and 410).
-  // Failure: InvalidArgument, StoreError as get.
-  awaitable<bool> exists(std::string key) override;
+  awaitable<std::optional<Generation>> write(std::string key, std::optional<Bytes> value,
+                                             WriteOptions options) override;
   // Failure, always: StoreError (HTTP cannot enumerate keys).
   awaitable<std::vector<std::string>> list(std::string prefix) override;
   // The base URL, without a trailing '/'.

@@ -30,19 +30,12 @@ class MemoryStore : public Store {
  public:
   MemoryStore() = default;
 
-  // Success: a copy of the (clipped) range, or nullopt if absent.
-  // Failure: InvalidArgument for a bad key.
-  awaitable<std::optional<Bytes>> get(std::string key, ByteRange range = {}) override;
-  // Success: `value` is visible to every later get. Failure: InvalidArgument.
-  awaitable<void> set(std::string key, Bytes value) override;
-  // Success: the key is absent (also if it already was). Failure: InvalidArgument.
-  awaitable<void> erase(std::string key) override;
-  // Success: whether the key holds a value. Failure: InvalidArgument.
-  awaitable<bool> exists(std::string key) override;
   // Success: keys starting with `prefix`, sorted. Never fails.
   awaitable<std::vector<std::string>> list(std::string prefix) override;
   awaitable<std::vector<KeySize>> list_sizes(std::string prefix) override;
-  // Versioned and conditional (compare-and-swap) forms; see Store.
+  // Versioned and conditional (compare-and-swap), see Store: a read
+  // returns a copy of the (clipped) range, or nullopt if absent; a write is
+  // visible to every later read. Failure: InvalidArgument for a bad key.
   awaitable<ReadResult> read(std::string key, ReadOptions options) override;
   // Always answers.
   std::optional<ReadResult> try_read_now(const std::string& key, const ReadOptions& options) override;

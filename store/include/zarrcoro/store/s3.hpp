@@ -111,14 +111,17 @@ class S3Store : public Store {
   S3Store(boost::asio::any_io_executor io, S3Options options);
   ~S3Store() override;
 
-  // Success: the (clipped) range of the object, or nullopt for NoSuchKey.
-  // Failure: InvalidArgument (bad key), StoreError (see above).
-  awaitable<std::optional<Bytes>> get(std::string key, ByteRange range = {}) override;
-  // get with the object's ETag as its generation; a condition is sent as
-  // If-Match (412: `changed`; to a read without one, StoreError), and an
-  // answer of another ETag reads as changed.
+  // Success: the (clipped) range of the object, or nullopt for NoSuchKey,
+  // with the object's ETag as its generation (an empty range: HeadObject).
+  // A condition is sent as If-Match (412: `changed`; to a read without
+  // one, StoreError), and an answer of another ETag reads as changed.
+  // Failure: InvalidArgument (bad key), StoreError (see above; e.g.
+  // "HTTP 403" for a bad signature or a missing permission).
   awaitable<ReadResult> read(std::string key, ReadOptions options) override;
-  // set / erase, conditional on the object's ETag: PutObject with If-Match,
+  // Success: the object holds exactly `value`, or no object is at the key
+  // (also if there was none). Failure: InvalidArgument, StoreError (a failed
+  // multipart upload is aborted; the old value stays).
+  // Conditional on the object's ETag: PutObject with If-Match,
   // or If-None-Match: * for "only if absent" (412 or 409
   // ConditionalRequestConflict: nullopt). Each conditional PutObject
   // carries a unique id in user metadata (x-amz-meta-zarrcoro-write): when
@@ -139,15 +142,6 @@ class S3Store : public Store {
   awaitable<std::optional<Generation>> write(std::string key, std::optional<Bytes> value,
                                              WriteOptions options) override;
   bool erases_atomically() const override { return false; }
-  // Success: the object holds exactly `value`. Failure: InvalidArgument,
-  // StoreError (a failed multipart upload is aborted; the old value stays).
-  awaitable<void> set(std::string key, Bytes value) override;
-  // Success: no object at the key (also if there was none).
-  // Failure: InvalidArgument, StoreError.
-  awaitable<void> erase(std::string key) override;
-  // Success: whether HeadObject finds the object. Failure: InvalidArgument,
-  // StoreError (e.g. "HTTP 403" for a bad signature or a missing permission).
-  awaitable<bool> exists(std::string key) override;
   // Success: sorted keys under the store's prefix that start with `prefix`.
   // Failure: StoreError.
   awaitable<std::vector<std::string>> list(std::string prefix) override;
