@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <charconv>
 #include <cstdint>
@@ -22,6 +23,9 @@
 #include <utility>
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/execution/context.hpp>
+#include <boost/asio/execution_context.hpp>
+#include <boost/asio/query.hpp>
 #include <boost/asio/random_access_file.hpp>
 
 #include <zarrcoro/error.hpp>
@@ -121,6 +125,53 @@ inline std::pair<std::string, std::string> split_key(const std::string& key) {
   if (slash == std::string::npos) return {"", key};
   return {key.substr(0, slash), key.substr(slash + 1)};
 }
+
+// Boost 1.81's io_uring backend beside the epoll reactor reads its eventfd,
+// then takes at most 128 completions from the ring (complete_batch_size);
+// the rest wait for the next completion to wake it again. A burst of more
+// than 128 completions therefore ends with some never delivered, and their
+// operations hang. So the file stores on one io_context keep at most kSlots
+// io_uring operations in flight (a cancelled one brings its cancel's
+// completion too: at most 2 x kSlots); an operation that finds no slot
+// free runs the blocking way, on the store's pool.
+class UringSlots : public asio::execution_context::service {
+ public:
+  static constexpr int kSlots = 64;
+  inline static asio::execution_context::id id;
+  explicit UringSlots(asio::execution_context& ctx) : asio::execution_context::service(ctx) {}
+  static UringSlots& of(const asio::any_io_executor& io) {
+    return asio::use_service<UringSlots>(asio::query(io, asio::execution::context));
+  }
+  bool try_take() {
+    if (used_.fetch_add(1, std::memory_order_relaxed) < kSlots) return true;
+    used_.fetch_sub(1, std::memory_order_relaxed);
+    return false;
+  }
+  void give_back() { used_.fetch_sub(1, std::memory_order_relaxed); }
+
+ private:
+  void shutdown() override {}
+  std::atomic<int> used_{0};
+};
+
+// One slot of `io`'s UringSlots, held for an io_uring file's operations
+// (which run one after another); false when none was free.
+class UringSlot {
+ public:
+  explicit UringSlot(const asio::any_io_executor& io) {
+    UringSlots& slots = UringSlots::of(io);
+    if (slots.try_take()) slots_ = &slots;
+  }
+  ~UringSlot() {
+    if (slots_) slots_->give_back();
+  }
+  UringSlot(const UringSlot&) = delete;
+  UringSlot& operator=(const UringSlot&) = delete;
+  explicit operator bool() const { return slots_ != nullptr; }
+
+ private:
+  UringSlots* slots_ = nullptr;
+};
 
 // Wraps `fd` in an io_uring file, or returns nullopt (with `why`) if io_uring
 // cannot be set up; `fd` is then still owned by the caller.

@@ -354,26 +354,29 @@ awaitable<ReadResult> FilesystemStore::read(std::string key, ReadOptions options
   if (read_cached(key, guard.fd, e, options.into, result)) co_return result;
   std::string why;
   if (e.size() <= kReadNowBytes) {
-    ::fcntl(guard.fd, F_SETFL, ::fcntl(guard.fd, F_GETFL) & ~O_NONBLOCK);  // io_uring would fail EAGAIN
-    if (auto file = wrap(io_, guard.fd, why)) {
-      guard.fd = -1;  // owned by `file`
-      ReadTarget out(options.into, e.size());
-      const MutableByteSpan buf = out.span();
-      std::size_t done = 0;
-      while (done < buf.size()) {
-        boost::system::error_code ec;
-        const std::size_t n = co_await file->async_read_some_at(
-            e.begin + done, asio::buffer(buf.data() + done, buf.size() - done),
-            asio::redirect_error(asio::use_awaitable, ec));
-        done += n;
-        if (ec == asio::error::eof) break;
-        if (ec == asio::error::operation_aborted) throw boost::system::system_error(ec);  // cancelled (see Store)
-        if (ec) throw StoreError(key, "", "cannot read " + in_quotes(root_ / key) + ": " + ec.message());
+    UringSlot slot(io_);  // none free: this read waits on the pool (see UringSlots)
+    if (slot) {
+      ::fcntl(guard.fd, F_SETFL, ::fcntl(guard.fd, F_GETFL) & ~O_NONBLOCK);  // io_uring would fail EAGAIN
+      if (auto file = wrap(io_, guard.fd, why)) {
+        guard.fd = -1;  // owned by `file`
+        ReadTarget out(options.into, e.size());
+        const MutableByteSpan buf = out.span();
+        std::size_t done = 0;
+        while (done < buf.size()) {
+          boost::system::error_code ec;
+          const std::size_t n = co_await file->async_read_some_at(
+              e.begin + done, asio::buffer(buf.data() + done, buf.size() - done),
+              asio::redirect_error(asio::use_awaitable, ec));
+          done += n;
+          if (ec == asio::error::eof) break;
+          if (ec == asio::error::operation_aborted) throw boost::system::system_error(ec);  // cancelled (see Store)
+          if (ec) throw StoreError(key, "", "cannot read " + in_quotes(root_ / key) + ": " + ec.message());
+        }
+        out.deliver(result, done);
+        co_return result;
       }
-      out.deliver(result, done);
-      co_return result;
+      disable_uring(why.c_str());
     }
-    disable_uring(why.c_str());
   }
   const int fd = guard.fd;
   auto job = [this, &key, fd, &e, &options, &result] { read_blocking(key, fd, e, options.into, result); };

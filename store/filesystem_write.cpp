@@ -310,11 +310,16 @@ awaitable<std::optional<Generation>> FilesystemStore::write(std::string key, std
     }
     std::string why;
     if (done < bytes.size()) {
-      auto file = wrap(io_, temp.fd, why);
-      if (file) temp.fd = -1;  // owned by `file` until released below
+      UringSlot slot(io_);  // none free: this write waits on the pool (see UringSlots)
+      std::optional<asio::random_access_file> file;
+      if (slot) {
+        file = wrap(io_, temp.fd, why);
+        if (file) temp.fd = -1;  // owned by `file` until released below
+        else disable_uring(why.c_str());
+      }
       if (!file) {
-        disable_uring(why.c_str());
-        write_from(temp.fd, bytes, done, false, err);  // this once, inline
+        auto job = [&temp, &bytes, &done, &err] { write_from(temp.fd, bytes, done, false, err); };
+        co_await offload(std::move(job));
         if (err) fail(key, "cannot write a temporary file for " + in_quotes(root_ / key), err);
       }
       while (file && done < bytes.size()) {
