@@ -13,8 +13,8 @@ completed once through the event loop (``call_soon_threadsafe``): no
 ``asyncio.to_thread``, no thread per chunk, no codec work on the loop's
 thread, the GIL released while the engine works. The chunks of a
 ``LocalStore`` are read and written by the engine itself, on the store's
-root; other stores' bytes are moved by zarr-python (awaited together) and
-only the codec work goes to the engine. Decoded chunks land in zarr-python's
+root; other stores' bytes are moved by zarr-python (awaited together; a
+MemoryStore's in a plain loop) and only the codec work goes to the engine. Decoded chunks land in zarr-python's
 output array in place, written by the engine through the array's strides,
 for selections of slices and integers; other selections (orthogonal,
 vectorized) decode into a chunk-sized array copied by NumPy. Sharded
@@ -74,6 +74,21 @@ _DEFAULT_BATCH = 64
 # NumPy kinds the engine holds as fixed-size elements: bool, integers,
 # floats, complex, S<n>, U<n>, structured records.
 _KINDS = frozenset("biufcSUV")
+
+
+def _in_memory(batch) -> bool:
+    """True if every chunk of `batch` is in one zarr-python MemoryStore (the
+    class itself, whose sync and async methods are the same dictionary
+    operations): its bytes are then moved in a plain loop, not by one
+    coroutine per chunk."""
+    from zarr.storage import MemoryStore
+    from zarr.storage._common import StorePath
+
+    first = batch[0][0]
+    store = getattr(first, "store", None)
+    if type(store) is not MemoryStore:
+        return False
+    return all(isinstance(bg, StorePath) and bg.store is store for bg, *_ in batch)
 
 
 def _batch_size() -> int:
@@ -567,7 +582,10 @@ class CodecPipeline(_ZarrCodecPipeline):
 
     async def _read_batch(self, batch, natives, out_arr, drop_axes):
         store = self._engine_store(batch)
-        if store is None:  # fetched through zarr-python's store, decoded by the engine
+        if store is None and _in_memory(batch):  # dictionary lookups: no coroutine per chunk
+            bufs = [bg.get_sync(prototype=spec.prototype) for bg, spec, *_ in batch]
+            encoded = [None if buf is None else buf.as_numpy_array() for buf in bufs]
+        elif store is None:  # fetched through zarr-python's store, decoded by the engine
             bufs = await concurrent_map([(bg, spec.prototype) for bg, spec, *_ in batch],
                                         lambda bg, prototype: bg.get(prototype=prototype),
                                         config.get("async.concurrency"))
@@ -643,7 +661,11 @@ class CodecPipeline(_ZarrCodecPipeline):
         # the array's shape is written anew: beyond the shape, the fill value.
         shard = self.fallback.supports_partial_encode
         keep = [shard or not complete for _, _, _, _, complete in batch]
-        if store is None:
+        in_memory = store is None and _in_memory(batch)
+        if in_memory:
+            existing = [bs.get_sync(prototype=spec.prototype) if k else None
+                        for (bs, spec, *_), k in zip(batch, keep, strict=True)]
+        elif store is None:
             existing = await concurrent_map([(bs, spec.prototype, not k) for (bs, spec, *_), k in zip(batch, keep, strict=True)],
                                             existing_of, config.get("async.concurrency"))
         else:  # the engine reads what it must merge into
@@ -668,6 +690,14 @@ class CodecPipeline(_ZarrCodecPipeline):
         for (_, _, where), chunks in zip(groups.values(), results, strict=True):
             for k, e in zip(where, chunks, strict=True):
                 encoded[k] = e
+
+        if in_memory:
+            for (bs, spec, *_), chunk in zip(batch, encoded, strict=True):
+                if chunk is None:
+                    bs.delete_sync()
+                else:
+                    bs.set_sync(spec.prototype.buffer.from_array_like(chunk))
+            return
 
         async def store_one(bs, prototype, chunk):
             if chunk is None:
