@@ -202,12 +202,13 @@ def plot_peers(records, out, formats):
         peers = [seconds[(w, e)] for e in engines if role[e] == "peer" and seconds.get((w, e))]
         best[w] = min(peers) if peers else None
     fig, ax = plt.subplots(figsize=(max(6.4, 0.32 * len(workloads) + 2), 4.6))
-    markers = "os^vDP*Xh"
+    markers = "os^vDP*Xhd<>"
     for k, e in enumerate(engines):
         pts = [(i, seconds[(w, e)] / best[w]) for i, w in enumerate(workloads) if seconds.get((w, e)) and best[w]]
         if not pts:
             continue
         style = {"zarrcoro": {"markersize": 7}, "peer": {"markersize": 5},
+                 "baseline": {"markersize": 5, "fillstyle": "none"},
                  "limit": {"markersize": 5, "fillstyle": "none"}}[role[e]]
         ax.plot(*zip(*pts), linestyle="none", marker=markers[k % len(markers)], label=e, **style)
     ax.axhline(1.0, color="black", linewidth=1)

@@ -4,8 +4,9 @@
   in build/perf/zarrcoro_peers, one process for the whole run, which reads
   JSON commands on stdin and times them itself (see its source's header);
 - zarrcoro's Python binding, TensorStore and zarr-python 3 (its default
-  BatchedCodecPipeline, its FusedCodecPipeline, and zarrs-python's
-  ZarrsCodecPipeline in strict mode, i.e. zarrs) run in this process, each
+  BatchedCodecPipeline, its FusedCodecPipeline, zarrs-python's
+  ZarrsCodecPipeline in strict mode, i.e. zarrs, zarrcoro's own codec
+  pipeline, and the no-hop baseline of direct_pipeline.py) run in this process, each
   with its defaults except TensorStore's file_io_sync, turned off so that it
   does not fsync each chunk as no other engine does.
 
@@ -35,7 +36,8 @@ class NotAvailable(Exception):
 class Engine:
     key = ""      # a short name for directories and the JSON records
     label = ""    # the table's column
-    role = "peer"  # "zarrcoro", "peer" or "limit"
+    role = "peer"  # "zarrcoro", "peer", "baseline" (checked, never a peer) or "limit"
+    ratio_label = ""  # a zarrcoro engine's ratio column: "<ratio_label>/peer"
     unavailable = None  # why the engine cannot run at all (e.g. it does not import)
 
     def run(self, w, target=None, check=False):
@@ -202,11 +204,11 @@ class TensorStoreEngine(PythonEngine):
 class ZarrPythonEngine(PythonEngine):
     """zarr-python 3 with a codec pipeline chosen by its config."""
 
-    def __init__(self, key, label, pipeline, extra=None):
+    def __init__(self, key, label, pipeline, extra=None, role="peer", ratio_label=""):
         super().__init__()
         import zarr
         self.zarr = zarr
-        self.key, self.label = key, label
+        self.key, self.label, self.role, self.ratio_label = key, label, role, ratio_label
         self.pipeline = pipeline
         self.config = {"codec_pipeline.path": pipeline, **(extra or {})}
         self.version = zarr.__version__
@@ -214,7 +216,7 @@ class ZarrPythonEngine(PythonEngine):
         try:
             getattr(__import__(module, fromlist=[cls]), cls)
         except (ImportError, AttributeError) as e:
-            self.unavailable = "%s is not in zarr-python %s (%s)" % (pipeline, zarr.__version__, e)
+            self.unavailable = "%s does not import with zarr-python %s (%s)" % (pipeline, zarr.__version__, e)
 
     def context(self):
         return self.zarr.config.set(self.config)
@@ -250,7 +252,7 @@ class ZarrPythonEngine(PythonEngine):
 
 class ZarrcoroPythonEngine(PythonEngine):
     """zarrcoro's Python binding (python/), with its default runtime."""
-    key, label, role = "zarrcoro-python", "zc python", "zarrcoro"
+    key, label, role, ratio_label = "zarrcoro-python", "zc python", "zarrcoro", "py"
 
     def __init__(self):
         super().__init__()
@@ -326,7 +328,7 @@ class CppProgram:
 
 class ZarrcoroCppEngine(Engine):
     """zarrcoro's C++ engine: Array::*_blocking on one Runtime (defaults)."""
-    key, label, role = "zarrcoro", "zarrcoro", "zarrcoro"
+    key, label, role, ratio_label = "zarrcoro", "zarrcoro", "zarrcoro", "C++"
 
     def __init__(self, program):
         self.p = program

@@ -2,10 +2,11 @@
 
 Measures, in seconds, the time of whole operations (read all, write all,
 round trip, N read calls) by zarrcoro (its C++ engine through the blocking
-API, and its Python binding), TensorStore, zarrs (zarrs-python's codec
-pipeline in zarr-python), zarr-python 3 with its default
-BatchedCodecPipeline and with its FusedCodecPipeline, and the raw and
-codec-only limits (the file system alone; libzstd alone), on the workloads
+API, its Python binding, and zarr-python with zarrcoro's codec pipeline),
+TensorStore, zarrs (zarrs-python's codec pipeline in zarr-python),
+zarr-python 3 with its default BatchedCodecPipeline and with its
+FusedCodecPipeline, the baseline of zarr-python calling its codecs with no
+thread hop (direct_pipeline.py), and the raw and codec-only limits (the file system alone; libzstd alone), on the workloads
 of workloads.py. Run it through run.sh, which makes the virtual environment
 and builds the C++ program:
 
@@ -46,10 +47,13 @@ from engines import (CppProgram, LimitEngine, NotAvailable, TensorStoreEngine, Z
                      ZarrcoroPythonEngine, ZarrPythonEngine)
 
 TARGET = 0.8
-LEGEND = ("zarrcoro: the C++ engine, blocking API; zc python: its Python binding; zarrs: zarr-python with\n"
-          "zarrs-python's ZarrsCodecPipeline (strict); zarr: zarr-python's default BatchedCodecPipeline; zarr fused:\n"
-          "its FusedCodecPipeline; raw: the file system alone (memcpy for a memory store); codec: libzstd alone.\n"
-          "n/a: the engine cannot run the workload, for the reason below.")
+LEGEND = ("zarrcoro: the C++ engine, blocking API; zc python: its Python binding; zarr+zc: zarr-python with\n"
+          "zarrcoro's codec pipeline (zarrcoro.pipeline.CodecPipeline); zarrs: zarr-python with zarrs-python's\n"
+          "ZarrsCodecPipeline (strict); zarr: zarr-python's default BatchedCodecPipeline; zarr fused: its\n"
+          "FusedCodecPipeline; zarr direct: FusedCodecPipeline with no thread hop (direct_pipeline.py; a baseline,\n"
+          "not a peer); raw: the file system alone (memcpy for a memory store); codec: libzstd alone.\n"
+          "pipe/direct: zarr+zc over zarr direct (zarrcoro's pipeline against zarr-python calling its codecs\n"
+          "inline). n/a: the engine cannot run the workload, for the reason below.")
 
 
 @dataclasses.dataclass
@@ -74,6 +78,10 @@ def make_engines(program):
                ZarrPythonEngine("zarrs", "zarrs", "zarrs.ZarrsCodecPipeline", {"codec_pipeline.strict": True}),
                ZarrPythonEngine("zarr-python", "zarr", "zarr.core.codec_pipeline.BatchedCodecPipeline"),
                ZarrPythonEngine("zarr-python-fused", "zarr fused", "zarr.core.codec_pipeline.FusedCodecPipeline"),
+               ZarrPythonEngine("zarrcoro-pipeline", "zarr+zc", "zarrcoro.pipeline.CodecPipeline",
+                                role="zarrcoro", ratio_label="pipe"),
+               ZarrPythonEngine("zarr-python-direct", "zarr direct", "direct_pipeline.DirectCodecPipeline",
+                                role="baseline"),
                LimitEngine(program, "raw"), LimitEngine(program, "codec")]
     return engines
 
@@ -195,10 +203,24 @@ def limit_ratio(engines, cells, cpu=False):
     return max(limits) / best if limits and best else None
 
 
+def _by_key(engines, key):
+    return next((e for e in engines if e.key == key), None)
+
+
+def pipeline_over_direct(cells, cpu=False):
+    """zarr-python with zarrcoro's pipeline over zarr-python calling its
+    codecs inline (the #4293 baseline)."""
+    key = "cpu_seconds" if cpu else "seconds"
+    p, d = getattr(cells["zarrcoro-pipeline"], key), getattr(cells["zarr-python-direct"], key)
+    return p / d if p and d else None
+
+
 def table(workloads, engines, results, rounds, cpu=False):
     zc = [e for e in engines if e.role == "zarrcoro"]
-    header = ["workload"] + [e.label for e in engines] + ["%s/peer" % ("C++" if e.key == "zarrcoro" else "py")
-                                                          for e in zc] + ["lim/peer"]
+    pipe = _by_key(engines, "zarrcoro-pipeline"), _by_key(engines, "zarr-python-direct")
+    header = ["workload"] + [e.label for e in engines] + ["%s/peer" % e.ratio_label for e in zc] + ["lim/peer"]
+    if all(pipe):
+        header.append("pipe/direct")
     rows, notes = [], []
     for w in workloads:
         cells = results[w.name]
@@ -216,6 +238,9 @@ def table(workloads, engines, results, rounds, cpu=False):
             row.append("-" if r is None else "%.2f%s" % (r, "*" if r > TARGET else ""))
         floor = limit_ratio(engines, cells, cpu)
         row.append("-" if floor is None else "%.2f" % floor)
+        if all(pipe):
+            r = pipeline_over_direct(cells, cpu)
+            row.append("-" if r is None else "%.2f" % r)
         rows.append(row)
     widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
     lines = ["  ".join(h.ljust(widths[0]) if i == 0 else h.rjust(widths[i]) for i, h in enumerate(header))]
@@ -252,6 +277,8 @@ def records(workloads, engines, results, args):
                 rec.update(ratio_to_fastest_peer=r, fastest_peer=best_label, fastest_peer_seconds=best,
                            meets_target=None if r is None else r <= TARGET,
                            limit_ratio_to_fastest_peer=limit_ratio(engines, cells))
+            if e.key == "zarrcoro-pipeline" and "zarr-python-direct" in cells:
+                rec.update(ratio_to_direct=pipeline_over_direct(cells))
             out.append(rec)
     return out
 
