@@ -46,9 +46,9 @@ while (($#)); do
   esac
 done
 if [ -z "$json" ]; then
-  mkdir -p "$here/out"
   json=$here/out/peers.json
 fi
+mkdir -p "$(dirname "$json")"
 
 # 1. The peers' virtual environment.
 if ! cmp -s "$here/requirements.txt" "$venv/requirements.txt"; then
