@@ -14,10 +14,11 @@ completed once through the event loop (``call_soon_threadsafe``): no
 thread, the GIL released while the engine works. The chunks of a
 ``LocalStore`` are read and written by the engine itself, on the store's
 root; other stores' bytes are moved by zarr-python (awaited together; a
-MemoryStore's in a plain loop) and only the codec work goes to the engine. Decoded chunks land in zarr-python's
-output array in place, written by the engine through the array's strides,
-for selections of slices and integers; other selections (orthogonal,
-vectorized) decode into a chunk-sized array copied by NumPy. Sharded
+MemoryStore's in a plain loop) and only the codec work goes to the engine.
+Decoded chunks land in zarr-python's output array in place, written by the
+engine through the array's strides, for selections of slices and integers;
+other selections (orthogonal, vectorized) decode into a chunk-sized array
+copied by NumPy. Sharded
 arrays: a whole shard read is decoded by the engine; a read of part of a
 shard and every shard write go through zarr-python's sharding codec (its
 byte-range reads, index and subchunk order, on the loop's thread), whose
