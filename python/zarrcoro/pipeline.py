@@ -18,12 +18,11 @@ MemoryStore's in a plain loop) and only the codec work goes to the engine.
 Decoded chunks land in zarr-python's output array in place, written by the
 engine through the array's strides, for selections of slices and integers;
 other selections (orthogonal, vectorized) decode into a chunk-sized array
-copied by NumPy. Sharded
-arrays: a whole shard read is decoded by the engine; a read of part of a
-shard and every shard write go through zarr-python's sharding codec (its
-byte-range reads, index and subchunk order, on the loop's thread), whose
-inner chunks come back to this pipeline (``from_codecs``) and so to the
-engine in batches.
+copied by NumPy. Sharded arrays: a whole shard read is decoded by the
+engine; a read of part of a shard and every shard write go through
+zarr-python's sharding codec (its byte-range reads, index and subchunk
+order, on the loop's thread), whose inner chunks come back to this pipeline
+(``from_codecs``) and so to the engine in batches.
 
 What the engine does not carry falls back to zarr-python's own
 BatchedCodecPipeline for that array, with one log line (logger
