@@ -56,7 +56,8 @@ awaitable<void> Store::set(std::string key, Bytes value) {
 
 awaitable<void> Store::erase(std::string key) {
   WriteOptions unconditional;
-  co_await write(std::move(key), std::nullopt, std::move(unconditional));
+  std::optional<Bytes> none;  // named: g++ 12 and temporaries beside co_await
+  co_await write(std::move(key), std::move(none), std::move(unconditional));
 }
 
 awaitable<bool> Store::exists(std::string key) {

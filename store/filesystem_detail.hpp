@@ -132,11 +132,13 @@ inline std::pair<std::string, std::string> split_key(const std::string& key) {
 // than 128 completions therefore ends with some never delivered, and their
 // operations hang. So the file stores on one io_context keep at most kSlots
 // io_uring operations in flight (a cancelled one brings its cancel's
-// completion too: at most 2 x kSlots); an operation that finds no slot
-// free runs the blocking way, on the store's pool.
+// completion too: at most 2 x kSlots, with room left for Asio's own); an
+// operation that finds no slot free runs the blocking way, on the store's
+// pool. Other io_uring files on the same io_context are not counted.
 class UringSlots : public asio::execution_context::service {
  public:
-  static constexpr int kSlots = 64;
+  static constexpr int kSlots = 48;
+  static_assert(2 * kSlots < 128, "room for the completions of a cancel each, and a few of Asio's own");
   inline static asio::execution_context::id id;
   explicit UringSlots(asio::execution_context& ctx) : asio::execution_context::service(ctx) {}
   static UringSlots& of(const asio::any_io_executor& io) {

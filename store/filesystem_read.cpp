@@ -1,4 +1,4 @@
-// FilesystemStore: reads (read, try_read_now, open_file, get, exists).
+// FilesystemStore: reads (read, try_read_now, open_file).
 #include <zarrcoro/store/filesystem.hpp>
 
 #include <fcntl.h>
@@ -342,6 +342,17 @@ void FilesystemStore::try_read_now_many(std::span<const std::string> keys, std::
 // page-cached data inline, on the submitting I/O thread).
 awaitable<ReadResult> FilesystemStore::read(std::string key, ReadOptions options) {
   check_key(key);
+  if (options.range.kind != ByteRange::Kind::full && options.range.length == 0 && !options.need_generation &&
+      options.if_equal.unknown()) {  // whether a regular file is there (Store::exists): no open for reading
+    auto job = [this, key] {
+      ReadResult r;
+      struct stat st {};
+      if (stat_file(key, st)) r.value.emplace();
+      return r;
+    };
+    if (uses_io_uring()) co_return job();
+    co_return co_await offload(std::move(job));
+  }
   if (!uses_io_uring()) {
     auto job = std::bind_front(&FilesystemStore::read_now, this, std::move(key), std::move(options));
     co_return co_await offload(std::move(job));

@@ -1,4 +1,4 @@
-// FilesystemStore: writes and erases (write, set, erase): temporary files,
+// FilesystemStore: writes and erases (write): temporary files,
 // the directory lock and the commit.
 #include <zarrcoro/store/filesystem.hpp>
 

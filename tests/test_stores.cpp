@@ -315,6 +315,15 @@ TEST_CASE("FilesystemStore: layout and atomic replace and errors", "[stores][fil
     CHECK(files_below(root) == Strings{"a/b/c", "x/y.0", "zarr.json"});
   }
 
+  SECTION("a FIFO at a key: exists says no (as list, which skips it), get raises") {
+    h.set("k", "v");
+    REQUIRE(::mkfifo((root / "fifo").c_str(), 0600) == 0);
+    CHECK_FALSE(h.exists("fifo"));
+    CHECK(h.list("") == Strings{"k"});
+    CHECK_THROWS_AS(h.get("fifo"), StoreError);
+    CHECK(h.exists("k"));
+  }
+
   SECTION("the root need not exist for reads") {
     CHECK_FALSE(h.get("a").has_value());
     CHECK_FALSE(h.exists("a"));

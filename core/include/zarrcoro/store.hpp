@@ -65,7 +65,7 @@ struct ByteRange {
 };
 
 // The half-open byte interval [begin, end) that `range` selects from a value
-// of `size` bytes, clipped to the value (see Store::get). Shared by stores.
+// of `size` bytes, clipped to the value (see Store::read). Shared by stores.
 struct ByteExtent {
   std::uint64_t begin = 0, end = 0;
   std::uint64_t size() const { return end - begin; }

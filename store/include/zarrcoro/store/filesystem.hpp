@@ -22,7 +22,7 @@
 // (pwritev2 with RWF_NOWAIT; ext4 cannot), else through io_uring
 // (asio::random_access_file) on the io executor, whose kernel workers take
 // them off the I/O thread. The file stores of one io_context keep at most
-// 64 io_uring operations in flight (Boost 1.81's io_uring backend can strand
+// 48 io_uring operations in flight (Boost 1.81's io_uring backend can strand
 // completions beyond 128 at once); the others go to the pool as blocking
 // reads and writes. Opening, renaming and unlinking are short system
 // calls on the calling thread. Directory walks (list) run on a small owned thread
@@ -110,7 +110,10 @@ class FilesystemStore : public Store {
   std::string url() const override;
   boost::asio::any_io_executor get_executor() const override { return io_; }
   // read: the (clipped) range of the file's contents, or nullopt if no
-  // regular file is at the key (a directory there counts as absent).
+  // regular file is at the key (a directory there counts as absent; any
+  // other kind of file raises StoreError, except to an empty-range read
+  // without a generation or condition, Store::exists's, which stats the
+  // path and answers nullopt for it).
   // write: the file holds exactly `value` (parent directories created), or
   // no file is at the key (empty parent directories up to, not including,
   // the root removed). Failure: InvalidArgument (bad key), StoreError
