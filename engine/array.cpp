@@ -216,11 +216,25 @@ void check_variable_length(const Array::State& st) {
                               st.meta.data_type.describe());
 }
 
-// run_op of a fixed-size data type in one coroutine frame (a small read
-// answered on the caller costs no more).
+// run_op<Read> of a fixed-size data type, in one coroutine frame; its
+// read for the caller's thread goes with the other reads that thread's
+// coroutines start (read_on_caller_together).
 asio::awaitable<void> read_raw(std::shared_ptr<const Array::State> st, Region region, MutableByteSpan out) {
-  auto op = make_fixed_size_op<Read>(st, region, out);
-  if (op) co_await initiate_op(std::move(op), use_awaitable);
+  check_fixed_size(*st, "read_strings");
+  check_region(*st, region, out.size());
+  auto parts = detail::plan_chunks(st->meta.shape, st->meta.chunk_shape, region);
+  if (parts.empty()) co_return;
+  if (detail::for_caller(*st, parts)) {
+    const asio::any_io_executor ex = co_await asio::this_coro::executor;
+    if (!detail::caller_reads_together(ex)) {
+      if (detail::read_on_caller(*st, parts, region, out)) co_return;
+    } else {
+      const bool answered = co_await detail::read_on_caller_together(*st, parts, region, out);
+      if (answered) co_return;
+    }
+  }
+  auto op = Read::make(st, std::move(parts), region, out);
+  co_await initiate_op(std::move(op), use_awaitable);
 }
 
 asio::awaitable<void> write_raw(std::shared_ptr<const Array::State> st, Region region, ByteSpan in) {
@@ -283,7 +297,7 @@ NdArray sized_result(const Array::State& st, const Region& region) {
 
 asio::awaitable<NdArray> read_owned(std::shared_ptr<const Array::State> st, Region region) {
   NdArray a = sized_result(*st, region);
-  co_await run_op<Read>(st, std::move(region), MutableByteSpan(a.data));
+  co_await read_raw(st, std::move(region), MutableByteSpan(a.data));
   co_return a;
 }
 

@@ -1,8 +1,21 @@
 // Reads answered on the calling thread (caller_read.hpp).
 #include "engine/caller_read.hpp"
 
+#include <deque>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
+
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/append.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/execution.hpp>
+#include <boost/asio/execution_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/use_awaitable.hpp>
 
 #include <zarrcoro/runtime.hpp>
 #include <zarrcoro/store.hpp>
@@ -13,13 +26,18 @@
 #include "engine/runtime_access.hpp"
 
 namespace zarrcoro::detail {
+namespace asio = boost::asio;
 
-bool read_on_caller(const Array::State& st, const ChunkParts& parts, const Region& region, MutableByteSpan out) {
+bool for_caller(const Array::State& st, const ChunkParts& parts) {
   const RuntimeOptions& o = st.rt->options();
-  if (!o.caller_reads || st.shard || st.meta.data_type.is_variable_length() || !st.pipeline->is_trivial() ||
-      parts.size() > kCallerReadChunks || parts.size() * st.chunk_bytes() > o.inline_bytes)
-    return false;
-  const Placement place(region.shape(), out);
+  return o.caller_reads && !st.shard && !st.meta.data_type.is_variable_length() && st.pipeline->is_trivial() &&
+         parts.size() <= kCallerReadChunks && parts.size() * st.chunk_bytes() <= o.inline_bytes;
+}
+
+namespace {
+
+// read_on_caller of a read that is for_caller, placed by `place`.
+bool read_now(const Array::State& st, const ChunkParts& parts, const Placement& place) {
   const codecs::ArraySpec& spec = st.pipeline->chunk_spec();
   ReadOptions options;
   options.need_generation = false;  // whole chunks, read unconditionally
@@ -43,6 +61,127 @@ bool read_on_caller(const Array::State& st, const ChunkParts& parts, const Regio
   }
   RuntimeAccess::engine(*st.rt).scheduler.counters().caller_reads.fetch_add(1, std::memory_order_relaxed);
   return true;
+}
+
+// The reads that coroutines on one execution context (the readers') have
+// started and no thread has taken yet. Two threads take them: one of that
+// context's, in a handler posted once per turn (it runs after the other
+// handlers ready then, whose reads join), and the runtime's I/O thread,
+// called in while kCallHelperFrom or more wait. Each completes the reads it
+// answered through the reader's executor. The context's shutdown destroys
+// the reads still waiting, with their handlers, unanswered.
+class WaitingReads : public asio::execution_context::service {
+ public:
+  struct Request {
+    const Array::State* st;
+    const ChunkParts* parts;
+    Placement place;
+    asio::any_io_executor ex;  // the reader's, its work counted until the read completes
+    asio::any_completion_handler<void(std::exception_ptr, bool)> handler;
+  };
+
+  inline static asio::execution_context::id id;
+  explicit WaitingReads(asio::execution_context& ctx) : asio::execution_context::service(ctx) {}
+  static WaitingReads& of(const asio::any_io_executor& ex) {
+    return asio::use_service<WaitingReads>(asio::query(ex, asio::execution::context));
+  }
+
+  // Whether a coroutine's read goes with others now (caller_reads_together).
+  bool together() {
+    std::lock_guard lock(q_->mu);
+    return q_->turn_posted || q_->turn_reads > 1 || ++q_->at_once % kProbeEvery == 0;
+  }
+
+  void add(Request r) {
+    const asio::any_io_executor ex = r.ex;
+    const asio::any_io_executor io = r.st->rt->io_executor();
+    bool take_here, call_helper;
+    {
+      std::lock_guard lock(q_->mu);
+      q_->requests.push_back(std::move(r));
+      take_here = !q_->turn_posted;
+      q_->turn_reads = take_here ? 1 : q_->turn_reads + 1;
+      q_->turn_posted = true;
+      call_helper = q_->requests.size() >= kCallHelperFrom && !q_->helper_busy;
+      q_->helper_busy |= call_helper;
+    }
+    if (take_here) asio::post(ex, [q = q_] { take(q, {}); });
+    if (call_helper) asio::post(io, [q = q_, io] { take(q, io); });
+  }
+
+ private:
+  // Of the reads answered at once, every kProbeEvery-th goes through a turn
+  // (its coroutine yields), to find whether other coroutines read too.
+  static constexpr unsigned kProbeEvery = 16;
+  // The I/O thread is called in when this many reads wait, and then answers
+  // at most kHelperRun of them before it lets its other handlers run.
+  static constexpr std::size_t kCallHelperFrom = 4;
+  static constexpr std::size_t kHelperRun = 8;
+
+  struct Queue {
+    std::mutex mu;
+    std::deque<Request> requests;
+    bool turn_posted = false;  // the readers' take is posted to their context
+    bool helper_busy = false;  // the helper's take is posted to or runs on the I/O thread
+    std::size_t turn_reads = 0;  // reads added in the latest turn
+    unsigned at_once = 0;        // reads answered at once (mod kProbeEvery)
+  };
+
+  // Answers waiting reads: as the readers' turn (`io` empty) until none is
+  // left, or as the helper on `io`, up to kHelperRun before it posts itself
+  // again.
+  static void take(const std::shared_ptr<Queue>& q, const asio::any_io_executor& io) {
+    for (std::size_t n = 0;; ++n) {
+      std::optional<Request> r;
+      {
+        std::lock_guard lock(q->mu);
+        if (q->requests.empty()) {
+          (io ? q->helper_busy : q->turn_posted) = false;
+          return;
+        }
+        if (io && n == kHelperRun) break;
+        r.emplace(std::move(q->requests.front()));
+        q->requests.pop_front();
+      }
+      std::exception_ptr error;
+      bool answered = false;
+      try {
+        answered = read_now(*r->st, *r->parts, r->place);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      const asio::any_io_executor ex = std::move(r->ex);
+      asio::post(ex, asio::append(std::move(r->handler), error, answered));
+    }
+    asio::post(io, [q, io] { take(q, io); });
+  }
+
+  void shutdown() override {
+    std::deque<Request> dropped;
+    std::lock_guard lock(q_->mu);
+    dropped.swap(q_->requests);
+  }
+
+  std::shared_ptr<Queue> q_ = std::make_shared<Queue>();
+};
+
+}  // namespace
+
+bool read_on_caller(const Array::State& st, const ChunkParts& parts, const Region& region, MutableByteSpan out) {
+  return for_caller(st, parts) && read_now(st, parts, Placement(region.shape(), out));
+}
+
+bool caller_reads_together(const asio::any_io_executor& ex) { return WaitingReads::of(ex).together(); }
+
+asio::awaitable<bool> read_on_caller_together(const Array::State& st, const ChunkParts& parts, const Region& region,
+                                              MutableByteSpan out) {
+  auto initiation = [&st, &parts, &region, out](auto handler) {
+    const asio::any_io_executor ex =
+        asio::prefer(asio::get_associated_executor(handler), asio::execution::outstanding_work.tracked);
+    WaitingReads::of(ex).add({&st, &parts, Placement(region.shape(), out), ex, std::move(handler)});
+  };
+  return asio::async_initiate<const asio::use_awaitable_t<>&, void(std::exception_ptr, bool)>(std::move(initiation),
+                                                                                             asio::use_awaitable);
 }
 
 }  // namespace zarrcoro::detail

@@ -3,6 +3,7 @@
 #include <bit>
 #include <filesystem>
 #include <fstream>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -20,6 +21,7 @@
 #include <unistd.h>
 
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
@@ -995,6 +997,7 @@ namespace {
 class SplitStore : public MemoryStore {
  public:
   std::function<bool(const std::string&)> answers_now = [](const std::string&) { return true; };
+  std::function<void()> before_answer;  // called first in each try_read_now
   std::string fail_key;
   std::atomic<std::uint64_t> now_answers{0}, reads{0};
 
@@ -1009,6 +1012,7 @@ class SplitStore : public MemoryStore {
       std::lock_guard lk(mu);
       now_threads.insert(std::this_thread::get_id());
     }
+    if (before_answer) before_answer();
     if (key == fail_key) throw StoreError(key, "", "injected failure");
     if (!answers_now(key)) return std::nullopt;
     ++now_answers;
@@ -1032,6 +1036,34 @@ class SplitStore : public MemoryStore {
 };
 
 json raw_codecs() { return codecs_json(R"([{"name":"bytes","configuration":{"endian":"little"}}])"); }
+
+// Reads chunks first, first + 1, ... (count of them, modulo `chunks`) of
+// the 8-element int32 chunks of `a`, one call each, appending them to *out.
+// A store error ends it, with the error's key in *failed.
+asio::awaitable<void> read_chunk_run(Array a, std::uint64_t first, int count, std::uint64_t chunks,
+                                     std::vector<std::int32_t>* out, std::string* failed) {
+  try {
+    for (int i = 0; i < count; ++i) {
+      const std::uint64_t c = (first + static_cast<std::uint64_t>(i)) % chunks;
+      std::vector<std::int32_t> chunk(8, -1);
+      const Region r{{c * 8}, {c * 8 + 8}};
+      co_await a.read(r, as_writable(chunk));
+      out->insert(out->end(), chunk.begin(), chunk.end());
+    }
+  } catch (const StoreError& e) {
+    *failed = e.key();
+  }
+}
+
+// What read_chunk_run reads of an array holding iota_vec: 1, 2, 3, ...
+std::vector<std::int32_t> chunk_run(std::uint64_t first, int count, std::uint64_t chunks) {
+  std::vector<std::int32_t> want;
+  for (int i = 0; i < count; ++i) {
+    const auto c = static_cast<std::int32_t>((first + static_cast<std::uint64_t>(i)) % chunks);
+    for (std::int32_t k = 1; k <= 8; ++k) want.push_back(c * 8 + k);  // iota_vec: 1, 2, 3, ...
+  }
+  return want;
+}
 
 }  // namespace
 
@@ -1099,6 +1131,133 @@ TEST_CASE("a small read with nothing to compute is answered on the calling threa
   CHECK(io_only.stats().caller_reads == 0);
   CHECK(io_only.stats().inline_batches == 1);
   CHECK(store->threads_asked().count(std::this_thread::get_id()) == 0);
+}
+
+// Coroutines awaiting small reads on one thread: the reads started before
+// that thread's next turn go together, and the runtime's I/O thread answers
+// some of them, so that one client thread's reads use two cores.
+TEST_CASE("small reads awaited by many coroutines of one thread are shared with the I/O thread, each exact",
+          "[engine][invariant]") {
+  Runtime rt({.codec_threads = 2});
+  auto store = std::make_shared<SplitStore>();
+  constexpr std::uint64_t kChunks = 32;
+  auto a = Array::create_blocking(rt, store, "", make_meta({kChunks * 8}, {8}, DataTypeKind::int32, raw_codecs()));
+  a.write_blocking(Region::all(a.shape()), as_bytes(iota_vec(kChunks * 8)));
+  const auto io_thread = asio::post(rt.io_executor(), asio::use_future([] { return std::this_thread::get_id(); })).get();
+  // Past the first 16 reads (those answered at once until a read goes
+  // through a turn to find the other coroutines), the calling thread's reads
+  // wait until another thread has answered one: the I/O thread must take part.
+  const auto caller = std::this_thread::get_id();
+  std::mutex mu;
+  std::condition_variable cv;
+  int caller_calls = 0;
+  bool other_answered = false, gave_up = false;
+  store->before_answer = [&] {
+    std::unique_lock lock(mu);
+    if (std::this_thread::get_id() != caller) {
+      other_answered = true;
+      cv.notify_all();
+    } else if (++caller_calls > 16 && !gave_up) {
+      gave_up = !cv.wait_for(lock, test::scaled(std::chrono::seconds(30)), [&] { return other_answered; });
+    }
+  };
+  rt.reset_stats();
+  store->threads_asked();
+  store->reads = 0;
+  constexpr int kReaders = 8, kReads = 40;
+  asio::io_context client;
+  std::vector<std::vector<std::int32_t>> got(kReaders);
+  std::vector<std::string> failed(kReaders);
+  for (int r = 0; r < kReaders; ++r)
+    asio::co_spawn(client, read_chunk_run(a, static_cast<std::uint64_t>(r) * 5, kReads, kChunks, &got[r], &failed[r]),
+                   asio::detached);
+  client.run();
+  for (int r = 0; r < kReaders; ++r) {
+    INFO("reader " << r);
+    CHECK(failed[r].empty());
+    CHECK(got[r] == chunk_run(static_cast<std::uint64_t>(r) * 5, kReads, kChunks));
+  }
+  CHECK(other_answered);
+  CHECK(store->threads_asked() == std::set<std::thread::id>{caller, io_thread});
+  const RuntimeStats s = rt.stats();
+  CHECK(s.caller_reads == kReaders * kReads);
+  CHECK(s.chunks == 0);
+  CHECK(s.pool_submissions == 0);
+  CHECK(store->reads == 0);
+}
+
+TEST_CASE("a coroutine whose small reads are answered at once lets its thread's other handlers run (was: not until its last read)",
+          "[engine]") {
+  Runtime rt({.codec_threads = 1});
+  auto store = std::make_shared<SplitStore>();
+  auto a = Array::create_blocking(rt, store, "", make_meta({64}, {8}, DataTypeKind::int32, raw_codecs()));
+  a.write_blocking(Region::all(a.shape()), as_bytes(iota_vec(64)));
+  asio::io_context client;
+  std::vector<std::int32_t> got;
+  std::string failed;
+  asio::co_spawn(client, read_chunk_run(a, 0, 100, 8, &got, &failed), asio::detached);
+  std::size_t read_before_other = 0;
+  asio::post(client, [&] { read_before_other = got.size() / 8; });
+  client.run();
+  CHECK(got == chunk_run(0, 100, 8));
+  CHECK(read_before_other == 15);  // the 16th read went through a turn, after this handler
+  CHECK(rt.stats().caller_reads == 100);
+}
+
+TEST_CASE("a store error in reads that went together fails that read alone, with its key", "[engine][errors]") {
+  Runtime rt({.codec_threads = 1});
+  auto store = std::make_shared<SplitStore>();
+  auto a = Array::create_blocking(rt, store, "", make_meta({64}, {8}, DataTypeKind::int32, raw_codecs()));
+  a.write_blocking(Region::all(a.shape()), as_bytes(iota_vec(64)));
+  store->fail_key = "c/7";
+  asio::io_context client;
+  constexpr int kReaders = 6;
+  std::vector<std::vector<std::int32_t>> got(kReaders);
+  std::vector<std::string> failed(kReaders);
+  // Reader r reads chunks r, r + 1, ... r + 6 (of 0-6 and 7 only at its end):
+  // reader 0 never meets c/7; reader r > 0 fails at its (7 - r)-th read.
+  for (int r = 0; r < kReaders; ++r)
+    asio::co_spawn(client, read_chunk_run(a, static_cast<std::uint64_t>(r), 7, 64, &got[r], &failed[r]),
+                   asio::detached);
+  client.run();
+  CHECK(failed[0].empty());
+  CHECK(got[0] == chunk_run(0, 7, 64));
+  for (int r = 1; r < kReaders; ++r) {
+    INFO("reader " << r);
+    CHECK(failed[r] == "c/7");
+    CHECK(got[r] == chunk_run(static_cast<std::uint64_t>(r), 7 - r, 64));
+  }
+}
+
+TEST_CASE("reads waiting to go together when their io_context is destroyed are dropped with their coroutines",
+          "[engine][lifetime]") {
+  Runtime rt({.codec_threads = 1});
+  auto store = std::make_shared<SplitStore>();
+  auto a = Array::create_blocking(rt, store, "", make_meta({64}, {8}, DataTypeKind::int32, raw_codecs()));
+  a.write_blocking(Region::all(a.shape()), as_bytes(iota_vec(64)));
+  std::vector<std::int32_t> got0, got1;
+  std::string failed0, failed1;
+  std::future<void> done0, done1;
+  {
+    asio::io_context client;
+    // The first coroutine's 16th read waits for a turn, and the second's
+    // first read joins it; the client stops before that turn runs.
+    done0 = asio::co_spawn(client, read_chunk_run(a, 0, 100, 8, &got0, &failed0), asio::use_future);
+    done1 = asio::co_spawn(client, read_chunk_run(a, 0, 100, 8, &got1, &failed1), asio::use_future);
+    asio::post(client, [&client] { client.stop(); });
+    client.run();
+    CHECK(got0.size() == 15 * 8);
+    CHECK(got1.empty());
+  }
+  CHECK_THROWS_AS(done0.get(), std::future_error);  // the coroutines were destroyed, not resumed
+  CHECK_THROWS_AS(done1.get(), std::future_error);
+  // The thread's later reads, on another io_context, are answered.
+  asio::io_context next;
+  std::vector<std::int32_t> got;
+  std::string failed;
+  asio::co_spawn(next, read_chunk_run(a, 3, 40, 8, &got, &failed), asio::detached);
+  next.run();
+  CHECK(got == chunk_run(3, 40, 8));
 }
 
 TEST_CASE("a read the caller cannot answer at once, or that computes, goes through the io_context exactly",

@@ -96,8 +96,12 @@ struct RuntimeOptions {
   // whole chunks, is answered on the calling thread when the store can do
   // so without waiting (Store::try_read_now: a value in memory, a file in
   // the page cache): no hop to the io_context and back. Any chunk it cannot
-  // answer at once sends the whole call the usual way. false: every read
-  // goes through the io_context.
+  // answer at once sends the whole call the usual way. An awaited read
+  // (Array::read) goes with the others that coroutines on its executor's
+  // execution context start before its next turn, and yields: that
+  // context's thread answers them, with the I/O thread's help from four
+  // waiting reads on (a coroutine reading alone is answered at once). false:
+  // every read goes through the io_context.
   bool caller_reads = true;
   std::size_t coalesce_gap = std::size_t{1} << 20;     // shard reads: merge byte ranges closer than this
   std::size_t coalesce_max = std::size_t{16} << 20;    // ...into requests of at most this many bytes
