@@ -152,6 +152,7 @@ asio::awaitable<std::optional<Generation>> ChunkOp::put(std::string key, std::op
   co_await acquire_request();
   WriteOptions options;
   options.if_equal = std::move(if_equal);
+  options.among_many = parts_.size() > 1;
   std::optional<Generation> g;
   engine_.writes.begin(key);
   try {

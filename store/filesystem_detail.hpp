@@ -51,6 +51,9 @@ std::string in_quotes(const fs::path& p);
 
 constexpr std::string_view kTempTag = ".tmp.";
 constexpr std::size_t kTempHex = 16;
+// The most bytes an I/O thread copies to or from the page cache itself;
+// larger values are copied on the store's pool.
+constexpr std::uint64_t kReadNowBytes = std::uint64_t{256} << 10;
 
 inline bool is_temp_name(std::string_view name) {
   if (name.size() < 2 + kTempTag.size() + kTempHex || name.front() != '.') return false;

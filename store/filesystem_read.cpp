@@ -28,7 +28,6 @@ using namespace filesystem_detail;
 
 namespace {
 
-constexpr std::uint64_t kReadNowBytes = std::uint64_t{256} << 10;
 // open_for_read's answer when an open only through the lookup cache would wait.
 constexpr int kWouldWait = -2;
 

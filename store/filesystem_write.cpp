@@ -297,6 +297,13 @@ awaitable<std::optional<Generation>> FilesystemStore::write(std::string key, std
     if (!erased) co_return std::nullopt;
     co_return Generation::absent();
   }
+  // Unconditional writes among many, and large ones, run whole on the
+  // pool: many writes' system calls then use two cores, and the I/O thread
+  // never copies a large value.
+  if (uses_io_uring() && inline_commit && (options.among_many || value->size() > kReadNowBytes)) {
+    auto job = std::bind_front(&FilesystemStore::write_now, this, std::move(key), std::move(*value), Generation{});
+    co_return co_await offload(std::move(job));
+  }
   if (uses_io_uring()) {
     Temp temp(key);
     create_temp(temp);

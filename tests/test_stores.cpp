@@ -240,7 +240,65 @@ awaitable<void> read_key(std::shared_ptr<Store> store, int k, std::optional<Byte
   std::string key = "c/" + std::to_string(k);  // named: g++ 12 and temporaries beside co_await
   *out = co_await store->get(std::move(key));
 }
+
+// Writes `value` at c/k as one of many (WriteOptions::among_many); the
+// generation stored into *out.
+awaitable<void> write_among_many(std::shared_ptr<Store> store, int k, Bytes value, std::optional<Generation>* out) {
+  std::string key = "c/" + std::to_string(k);
+  WriteOptions options;
+  options.among_many = true;
+  *out = co_await store->write(std::move(key), std::move(value), std::move(options));
+}
+
+awaitable<void> read_with_generation(std::shared_ptr<Store> store, int k, ReadResult* out) {
+  std::string key = "c/" + std::to_string(k);
+  ReadOptions options;
+  *out = co_await store->read(std::move(key), std::move(options));
+}
 }  // namespace
+
+TEST_CASE("FilesystemStore: writes among many, and large ones, store exactly with the generation a read sees",
+          "[stores][filesystem]") {
+  // They run whole on the store's pool, not in the io_context's steps.
+  test::TempDir tmp("stores");
+  boost::asio::io_context io;
+  auto store = std::make_shared<FilesystemStore>(io.get_executor(), tmp.path, kUring);
+  constexpr int kKeys = 40;
+  auto value_of = [](int k, int round) {
+    Bytes v(k == 0 ? (std::size_t{300} << 10) : 4000 + static_cast<std::size_t>(k));  // c/0: above 256 KiB
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = std::byte(k * 31 + round * 7 + i);
+    return v;
+  };
+  for (int round = 0; round < 2; ++round) {  // the second replaces the first
+    INFO("round " << round);
+    auto run = [&io](std::vector<std::future<void>>& done) {
+      io.run();
+      io.restart();
+      for (auto& f : done) f.get();  // rethrows a failure
+    };
+    std::vector<std::optional<Generation>> written(kKeys);
+    std::vector<std::future<void>> writes;
+    for (int k = 0; k < kKeys; ++k)
+      writes.push_back(boost::asio::co_spawn(io, write_among_many(store, k, value_of(k, round), &written[k]),
+                                             boost::asio::use_future));
+    run(writes);
+    std::vector<ReadResult> got(kKeys);
+    std::vector<std::future<void>> reads;
+    for (int k = 0; k < kKeys; ++k)
+      reads.push_back(boost::asio::co_spawn(io, read_with_generation(store, k, &got[k]), boost::asio::use_future));
+    run(reads);
+    for (int k = 0; k < kKeys; ++k) {
+      INFO("c/" << k);
+      REQUIRE(written[k]);
+      REQUIRE(got[k].value);
+      CHECK(*got[k].value == value_of(k, round));
+      CHECK(got[k].generation == *written[k]);
+    }
+  }
+  std::size_t files = 0;  // no temporary file left beside the values
+  for (const auto& e : std::filesystem::directory_iterator(tmp.path / "c")) files += e.is_regular_file();
+  CHECK(files == kKeys);
+}
 
 TEST_CASE("FilesystemStore: 600 writes, then 600 uncached reads, at once all complete (was: some hung)",
           "[stores][filesystem][regression]") {

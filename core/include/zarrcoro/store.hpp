@@ -148,6 +148,10 @@ struct WriteOptions {
   // When known: write only if the stored generation equals it (absent():
   // only if the key holds no value).
   Generation if_equal;
+  // A hint: the caller writes other keys alongside this one (an array
+  // write of many chunks), so that a store may spread their work over
+  // threads of its own (FilesystemStore: its pool takes them whole).
+  bool among_many = false;
 };
 
 class Store {

@@ -21,10 +21,12 @@
 // go to the file at once where the file system can tell it need not wait
 // (pwritev2 with RWF_NOWAIT; ext4 cannot), else through io_uring
 // (asio::random_access_file) on the io executor, whose kernel workers take
-// them off the I/O thread. The file stores of one io_context keep at most
-// 48 io_uring operations in flight (Boost 1.81's io_uring backend can strand
-// completions beyond 128 at once); the others go to the pool as blocking
-// reads and writes. Opening, renaming and unlinking are short system
+// them off the I/O thread. Unconditional writes larger than 256 KiB, or
+// among many (WriteOptions::among_many), run whole as blocking calls on
+// the store's pool, so that their system calls use two cores. The file
+// stores of one io_context keep at most 48 io_uring operations in flight
+// (Boost 1.81's io_uring backend can strand completions beyond 128 at
+// once); the others go to the pool as blocking reads and writes. Opening, renaming and unlinking are short system
 // calls on the calling thread. Directory walks (list) run on a small owned thread
 // pool so the io thread never blocks on a large tree. If io_uring is
 // unavailable (or disabled by the options), every operation runs as
