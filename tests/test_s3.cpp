@@ -297,7 +297,8 @@ TEST_CASE("S3Store: multipart uploads above the threshold", "[s3][rgw]") {
   h.cleanup();
 }
 
-TEST_CASE("S3Store: a multipart write cancelled at any point waits for its parts and leaves a whole value",
+TEST_CASE("S3Store: a multipart write cancelled at any point waits for its parts and leaves a whole value "
+          "(was: hung when cancelled as its last part ended)",
           "[s3][rgw]") {
   // Regression: a cancelled multipart write returned while its part uploads
   // still ran and wrote their ETags into its freed frame.
