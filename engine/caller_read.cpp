@@ -1,6 +1,7 @@
 // Reads answered on the calling thread (caller_read.hpp).
 #include "engine/caller_read.hpp"
 
+#include <condition_variable>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -123,6 +124,8 @@ class WaitingReads : public asio::execution_context::service {
     std::deque<Request> requests;
     bool turn_posted = false;  // the readers' take is posted to their context
     bool helper_busy = false;  // the helper's take is posted to or runs on the I/O thread
+    unsigned helping = 0;  // reads the helper has taken and not yet completed
+    std::condition_variable helped;  // helping fell to 0
     std::size_t turn_reads = 0;  // reads added in the latest turn
     unsigned at_once = 0;        // reads answered at once (mod kProbeEvery)
   };
@@ -142,6 +145,7 @@ class WaitingReads : public asio::execution_context::service {
         if (io && n == kHelperRun) break;
         r.emplace(std::move(q->requests.front()));
         q->requests.pop_front();
+        if (io) ++q->helping;
       }
       std::exception_ptr error;
       bool answered = false;
@@ -152,14 +156,22 @@ class WaitingReads : public asio::execution_context::service {
       }
       const asio::any_io_executor ex = std::move(r->ex);
       asio::post(ex, asio::append(std::move(r->handler), error, answered));
+      if (io) {
+        std::lock_guard lock(q->mu);
+        if (--q->helping == 0) q->helped.notify_all();
+      }
     }
     asio::post(io, [q, io] { take(q, io); });
   }
 
+  // Drops the reads still waiting, and waits for the one the helper may be
+  // answering: its completion is posted before the context's scheduler
+  // shuts down (this service was made after it, so it shuts down first).
   void shutdown() override {
     std::deque<Request> dropped;
-    std::lock_guard lock(q_->mu);
+    std::unique_lock lock(q_->mu);
     dropped.swap(q_->requests);
+    q_->helped.wait(lock, [this] { return q_->helping == 0; });
   }
 
   std::shared_ptr<Queue> q_ = std::make_shared<Queue>();

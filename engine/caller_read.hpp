@@ -56,9 +56,9 @@ bool caller_reads_together(const boost::asio::any_io_executor& ex);
 // for_caller. The awaiting coroutine resumes through its executor, never
 // inside this call; `st`, `parts`, `region` and `out` must live until then.
 // Destroying that context destroys the reads still waiting, with their
-// coroutines; like any operation completing through it, the context must
-// outlive a read the I/O thread has already taken. A cancellation of the
-// coroutine does not reach a waiting read (it completes within a turn).
+// coroutines (after the I/O thread has posted the one it may be
+// answering). A cancellation of the coroutine does not reach a waiting
+// read (it completes within a turn).
 boost::asio::awaitable<bool> read_on_caller_together(const Array::State& st, const ChunkParts& parts,
                                                       const Region& region, MutableByteSpan out);
 
