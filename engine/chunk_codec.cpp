@@ -527,6 +527,7 @@ template <class Item, class Run>
 void start_batch(Runtime& rt, const ChunkCodec& codec, std::span<Item> items, detail::AnyCompletion<void> handler, Run run) {
   const ChunkCodec::Impl& c = codec.impl();
   auto boxes = std::make_shared<std::vector<Box>>();
+  std::exception_ptr error;
   try {
     boxes->reserve(items.size());
     for (const Item& item : items) {
@@ -535,9 +536,9 @@ void start_batch(Runtime& rt, const ChunkCodec& codec, std::span<Item> items, de
       check_memory(item, boxes->back());
     }
   } catch (...) {
-    fail_through_pool(rt, std::move(handler), std::current_exception());
-    return;
+    error = std::current_exception();
   }
+  if (error) return fail_through_pool(rt, std::move(handler), std::move(error));
   auto job = std::make_shared<Job>();
   job->rt = &rt;
   job->n = items.size();
@@ -609,11 +610,13 @@ class StoreRequests : public std::enable_shared_from_this<StoreRequests> {
       }
     }
     for (std::size_t i : starting) {
+      std::exception_ptr failed;
       try {
         start_(i, [self = shared_from_this()](std::exception_ptr e) { self->done(std::move(e)); });
       } catch (...) {
-        done(std::current_exception());
+        failed = std::current_exception();
       }
+      if (failed) done(std::move(failed));
     }
     if (finished) finish_(error);
   }
@@ -672,6 +675,7 @@ void read_values(const std::shared_ptr<StoreBatch<Item>>& b, std::vector<std::si
   asio::post(b->rt->io_executor(), [b, todo = std::move(todo), then = std::move(then)]() mutable {
     const ChunkCodec::Impl& c = b->codec.impl();
     std::vector<std::size_t> waiting;
+    std::exception_ptr error;
     try {
       std::vector<std::string> keys;
       keys.reserve(todo.size());
@@ -685,9 +689,9 @@ void read_values(const std::shared_ptr<StoreBatch<Item>>& b, std::vector<std::si
         else waiting.push_back(todo[k]);
       }
     } catch (...) {
-      then(std::current_exception());
-      return;
+      error = std::current_exception();
     }
+    if (error) return then(std::move(error));
     auto start = [b](std::size_t i, StoreRequests::Done done) {
       b->store->async_read(b->items[i].key, whole_value(b->codec.impl()),
                            [b, i, done = std::move(done)](std::exception_ptr e, ReadResult r) {
@@ -717,12 +721,13 @@ namespace detail {
 
 void start_read(Runtime& rt, std::shared_ptr<Store> store, const ChunkCodec& codec, std::span<ChunkDecode> items,
                 AnyCompletion<void> handler) {
+  std::exception_ptr error;
   try {
     check_items(rt, codec.impl(), items);
   } catch (...) {
-    fail_through_pool(rt, std::move(handler), std::current_exception());
-    return;
+    error = std::current_exception();
   }
+  if (error) return fail_through_pool(rt, std::move(handler), std::move(error));
   auto b = std::make_shared<StoreBatch<ChunkDecode>>(rt, std::move(store), codec, items, std::move(handler));
   std::vector<std::size_t> all(items.size());
   std::iota(all.begin(), all.end(), std::size_t{0});
@@ -746,15 +751,16 @@ void start_write(Runtime& rt, std::shared_ptr<Store> store, const ChunkCodec& co
                  AnyCompletion<void> handler) {
   const ChunkCodec::Impl& c = codec.impl();
   std::vector<std::size_t> partial;  // items that keep what their box does not cover: read first
+  std::exception_ptr error;
   try {
     check_items(rt, c, items);
     for (std::size_t i = 0; i < items.size(); ++i)
       if (items[i].keep_rest && !resolve(c, items[i].box, items[i].value_strides, items[i].key).whole)
         partial.push_back(i);
   } catch (...) {
-    fail_through_pool(rt, std::move(handler), std::current_exception());
-    return;
+    error = std::current_exception();
   }
+  if (error) return fail_through_pool(rt, std::move(handler), std::move(error));
   auto b = std::make_shared<StoreBatch<ChunkEncode>>(rt, std::move(store), codec, items, std::move(handler));
   auto store_all = [b]() {
     std::vector<std::size_t> all(b->items.size());

@@ -90,7 +90,7 @@ class ChunkOp : public std::enable_shared_from_this<ChunkOp> {
     auto slot = asio::get_associated_cancellation_slot(handler);
     auto ex = asio::prefer(asio::get_associated_executor(handler, strand_), asio::execution::outstanding_work.tracked);
     completion_.emplace([h = std::move(handler), ex](std::exception_ptr e) mutable {
-      asio::dispatch(ex, [h = std::move(h), e]() mutable { std::move(h)(e); });
+      asio::dispatch(ex, [h = std::move(h), e = std::move(e)]() mutable { std::move(h)(std::move(e)); });
     });
     // run()'s own end completes the op, unless its last batch was handed off.
     auto done = [self = shared_from_this()](std::exception_ptr e) {

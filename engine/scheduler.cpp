@@ -122,12 +122,16 @@ void Scheduler::submit(std::shared_ptr<TaskBatch> batch) {
   if (options_.dispatch == Dispatch::per_chunk) return submit_per_chunk(std::move(batch));
   {
     std::unique_lock lk(mu_);
+    std::exception_ptr error;
     try {
       if (fault_hook) fault_hook("queue");
       queue_.push_back(batch);
     } catch (...) {  // out of memory: the batch fails rather than being lost
+      error = std::current_exception();
+    }
+    if (error) {
       lk.unlock();
-      return fail(*batch, std::current_exception());
+      return fail(*batch, error);
     }
     if (flush_posted_) return;
     flush_posted_ = true;
@@ -148,11 +152,13 @@ void Scheduler::submit(std::shared_ptr<TaskBatch> batch) {
 // fail.
 void Scheduler::submit_per_chunk(std::shared_ptr<TaskBatch> batch) {
   std::shared_ptr<std::atomic<std::size_t>> left;
+  std::exception_ptr error;
   try {
     left = std::make_shared<std::atomic<std::size_t>>(batch->tasks.size());
   } catch (...) {
-    return fail(*batch, std::current_exception());
+    error = std::current_exception();
   }
+  if (error) return fail(*batch, error);
   auto one_done = [batch, left] {
     if (left->fetch_sub(1, std::memory_order_acq_rel) == 1) complete(*batch);
   };
@@ -169,9 +175,11 @@ void Scheduler::submit_per_chunk(std::shared_ptr<TaskBatch> batch) {
       counters_.pool_submissions.fetch_add(1, std::memory_order_relaxed);
     } catch (...) {
       counters_.queue_depth.fetch_sub(1, std::memory_order_relaxed);
-      const auto e = std::current_exception();
+      error = std::current_exception();
+    }
+    if (error) {
       for (std::size_t j = i; j < batch->tasks.size(); ++j) {
-        if (!batch->tasks[j]->error) batch->tasks[j]->error = e;
+        if (!batch->tasks[j]->error) batch->tasks[j]->error = error;
         one_done();
       }
       return;
@@ -222,6 +230,7 @@ void Scheduler::flush() {
     group.clear();
     bytes = 0;
   };
+  std::exception_ptr error;
   try {
     for (const auto& b : queue) {
       const std::size_t nb = b->bytes();
@@ -231,8 +240,9 @@ void Scheduler::flush() {
     }
     emit();
   } catch (...) {  // out of memory: what is in no job fails, rather than never completing
-    for (std::size_t i = posted; i < queue.size(); ++i) fail(*queue[i], std::current_exception());
+    error = std::current_exception();
   }
+  for (std::size_t i = posted; error && i < queue.size(); ++i) fail(*queue[i], error);
 }
 
 void Scheduler::post_job(std::shared_ptr<PoolJob> job) {

@@ -1,5 +1,6 @@
 // ChunkCodec (chunk_codec.hpp): batches of chunks decoded and encoded with an
 // array's codec pipeline on the codec pool, one submission per batch.
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -8,6 +9,7 @@
 #include <numeric>
 #include <thread>
 
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/use_future.hpp>
@@ -477,6 +479,40 @@ TEST_CASE("the store forms: read and decode into place, encode and store, on a f
       CHECK(e.key() == "../escape");
     }
   }
+}
+
+TEST_CASE("a store error the I/O thread completes a read with is freed by its catcher, not behind it "
+          "(was: freed by the I/O thread's catch block, a ThreadSanitizer race)",
+          "[chunk_codec][regression]") {
+  // The handler runs on the I/O thread and keeps it until the caller has
+  // caught the error and dropped it, then lets it go through a relaxed flag:
+  // no order ThreadSanitizer can see. Whatever the I/O thread still holds of
+  // the exception is freed after the caller read it, which TSan reports.
+  test::TempDir dir("chunk-codec-error");
+  Runtime rt(RuntimeOptions{.codec_threads = 2});
+  auto store = std::make_shared<FilesystemStore>(rt.io_executor(), dir.path);
+  const ChunkCodec codec = ChunkCodec::from_codecs(json::parse(kZstd), DataTypeKind::int32, {4});
+  std::vector<std::int32_t> out(4);
+  std::vector<ChunkDecode> bad(1);
+  bad[0].key = "../escape";
+  bad[0].out = reinterpret_cast<std::byte*>(out.data());
+  std::exception_ptr delivered;
+  std::atomic<bool> arrived{false}, handled{false};
+  auto handler = [&](std::exception_ptr e) {
+    delivered = std::move(e);
+    arrived.store(true, std::memory_order_release);
+    while (!handled.load(std::memory_order_relaxed)) std::this_thread::yield();
+  };
+  codec.async_read(rt, store, bad, asio::bind_executor(rt.io_executor(), handler));
+  while (!arrived.load(std::memory_order_acquire)) std::this_thread::yield();
+  std::string key;
+  try {
+    std::rethrow_exception(std::exchange(delivered, nullptr));
+  } catch (const InvalidArgument& e) {
+    key = e.key();
+  }
+  handled.store(true, std::memory_order_relaxed);
+  CHECK(key == "../escape");
 }
 
 TEST_CASE("five store-form write batches at once all complete (was: one of 257 file writes in flight hung)",

@@ -327,11 +327,13 @@ class SlabWrite : public std::enable_shared_from_this<SlabWrite<Handler>> {
       }
     }
     for (std::size_t i : starting) {
+      std::exception_ptr failed;  // completed outside the catch block (see docs/design.md)
       try {
         write_(regions_[i], i, [self = this->shared_from_this()](std::exception_ptr e) { self->done(e); });
       } catch (...) {
-        done(std::current_exception());
+        failed = std::current_exception();
       }
+      if (failed) done(std::move(failed));
     }
     if (finished) std::move(handler_)(error);
   }

@@ -217,7 +217,7 @@ class ChunkCodec {
     auto ex = asio::prefer(asio::get_associated_executor(handler, rt.codec_executor()),
                            asio::execution::outstanding_work.tracked);
     auto complete = [h = std::forward<Handler>(handler), ex](std::exception_ptr e) mutable {
-      asio::dispatch(ex, [h = std::move(h), e]() mutable { std::move(h)(e); });
+      asio::dispatch(ex, [h = std::move(h), e = std::move(e)]() mutable { std::move(h)(std::move(e)); });
     };
     return detail::AnyCompletion<void>(std::move(complete));
   }
