@@ -341,7 +341,7 @@ void FilesystemStore::try_read_now_many(std::span<const std::string> keys, std::
 // page-cached data inline, on the submitting I/O thread).
 awaitable<ReadResult> FilesystemStore::read(std::string key, ReadOptions options) {
   check_key(key);
-  if (options.range.kind != ByteRange::Kind::full && options.range.length == 0 && !options.need_generation &&
+  if (options.range.empty() && !options.need_generation &&
       options.if_equal.unknown()) {  // whether a regular file is there (Store::exists): no open for reading
     auto job = [this, key] {
       ReadResult r;

@@ -95,8 +95,7 @@ awaitable<http::Response> HttpStore::fetch(http::Request req) {
 awaitable<ReadResult> HttpStore::read(std::string key, ReadOptions options) {
   validate_key(key);
   const ByteRange range = options.range;
-  const bool empty_range = (range.kind == ByteRange::Kind::range && range.length == 0) ||
-                           (range.kind == ByteRange::Kind::suffix && range.length == 0);
+  const bool empty_range = range.empty();
   const Generation& if_equal = options.if_equal;
   http::Request req;
   req.method = empty_range ? bh::verb::head : bh::verb::get;

@@ -307,7 +307,7 @@ awaitable<ReadResult> S3Store::read(std::string key, ReadOptions options) {
   validate_key(key);
   const auto d = impl_;
   const ByteRange range = options.range;
-  const bool empty_range = range.kind != ByteRange::Kind::full && range.length == 0;
+  const bool empty_range = range.empty();
   const std::string object = d->object(key);
   sigv4::Pairs headers;
   if (!options.if_equal.unknown() && !options.if_equal.is_absent())

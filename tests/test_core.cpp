@@ -67,3 +67,12 @@ TEST_CASE("clip: a byte range against a value's size", "[core]") {
   CHECK(extent(ByteRange::last(4), 10) == std::pair<std::uint64_t, std::uint64_t>{6, 10});
   CHECK(extent(ByteRange::last(40), 10) == std::pair<std::uint64_t, std::uint64_t>{0, 10});
 }
+
+TEST_CASE("ByteRange::empty: a range of no bytes, whatever its offset", "[core]") {
+  CHECK(ByteRange::from(0, 0).empty());
+  CHECK(ByteRange::from(12, 0).empty());
+  CHECK(ByteRange::last(0).empty());
+  CHECK_FALSE(ByteRange::all().empty());  // the whole value, even of a value of 0 bytes
+  CHECK_FALSE(ByteRange::from(0, 1).empty());
+  CHECK_FALSE(ByteRange::last(1).empty());
+}

@@ -62,6 +62,9 @@ struct ByteRange {
     return {Kind::range, offset, length};
   }
   static ByteRange last(std::uint64_t length) { return {Kind::suffix, 0, length}; }
+  // Whether it selects no byte of any value: a read of it asks only whether
+  // the key holds a value (Store::exists).
+  bool empty() const { return kind != Kind::full && length == 0; }
 };
 
 // The half-open byte interval [begin, end) that `range` selects from a value
