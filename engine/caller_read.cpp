@@ -67,12 +67,15 @@ bool read_now(const Array::State& st, const ChunkParts& parts, const Placement& 
 // started and no thread has taken yet. Two threads take them: one of that
 // context's, in a handler posted once per turn (it runs after the other
 // handlers ready then, whose reads join), and the runtime's I/O thread,
-// called in while kCallHelperFrom or more wait. While the helper is at
-// work, a turn answers about half of the reads waiting and leaves it the
-// rest: the readers' thread also runs their coroutines, and a turn that
-// answered everything left the helper a third of its time idle (perf/README).
-// Each completes the reads it answered through the reader's executor. The context's shutdown destroys
-// the reads still waiting, with their handlers, unanswered.
+// called in while kCallHelperFrom or more wait. While the helper is called
+// in, a turn answers about half of the reads waiting, then posts itself
+// again, behind the coroutines it resumed: the readers' thread also runs
+// the coroutines, and a turn that answered everything left the helper a
+// third of its time idle (perf/README); a turn that left the rest to the
+// helper alone would wait for the I/O thread, which may be slow to come.
+// Each completes the reads it answered through the reader's executor. The
+// context's shutdown destroys the reads still waiting, with their handlers,
+// unanswered.
 class WaitingReads : public asio::execution_context::service {
  public:
   struct Request {
@@ -108,8 +111,11 @@ class WaitingReads : public asio::execution_context::service {
       call_helper = q_->requests.size() >= kCallHelperFrom && !q_->helper_busy;
       q_->helper_busy |= call_helper;
     }
-    if (take_here) asio::post(ex, [q = q_] { take(q, {}); });
-    if (call_helper) asio::post(io, [q = q_, io] { take(q, io); });
+    if (take_here) {
+      const asio::any_io_executor readers = asio::prefer(ex, asio::execution::outstanding_work.untracked);
+      asio::post(ex, [q = q_, readers] { take(q, readers, false); });
+    }
+    if (call_helper) asio::post(io, [q = q_, io] { take(q, io, true); });
   }
 
  private:
@@ -132,26 +138,23 @@ class WaitingReads : public asio::execution_context::service {
     unsigned at_once = 0;        // reads answered at once (mod kProbeEvery)
   };
 
-  // Answers waiting reads: as the readers' turn (`io` empty) until none is
-  // left or, with the helper at work, as many as it leaves; or as the helper
-  // on `io`, up to kHelperRun before it posts itself again.
-  static void take(const std::shared_ptr<Queue>& q, const asio::any_io_executor& io) {
+  // Answers waiting reads on `ex`, until none is left or it has answered
+  // its share, then posts itself again: as the helper (on the I/O thread),
+  // kHelperRun; as the readers' turn, with the helper called in, as many as
+  // it leaves waiting (at least one).
+  static void take(const std::shared_ptr<Queue>& q, const asio::any_io_executor& ex, bool helper) {
     for (std::size_t n = 0;; ++n) {
       std::optional<Request> r;
       {
         std::lock_guard lock(q->mu);
         if (q->requests.empty()) {
-          (io ? q->helper_busy : q->turn_posted) = false;
+          (helper ? q->helper_busy : q->turn_posted) = false;
           return;
         }
-        if (io && n == kHelperRun) break;
-        if (!io && q->helper_busy && n >= q->requests.size()) {  // the rest is the helper's
-          q->turn_posted = false;
-          return;
-        }
+        if (helper ? n == kHelperRun : q->helper_busy && n >= q->requests.size()) break;
         r.emplace(std::move(q->requests.front()));
         q->requests.pop_front();
-        if (io) ++q->helping;
+        if (helper) ++q->helping;
       }
       std::exception_ptr error;
       bool answered = false;
@@ -160,14 +163,14 @@ class WaitingReads : public asio::execution_context::service {
       } catch (...) {
         error = std::current_exception();
       }
-      const asio::any_io_executor ex = std::move(r->ex);
-      asio::post(ex, asio::append(std::move(r->handler), error, answered));
-      if (io) {
+      const asio::any_io_executor reader = std::move(r->ex);
+      asio::post(reader, asio::append(std::move(r->handler), error, answered));
+      if (helper) {
         std::lock_guard lock(q->mu);
         if (--q->helping == 0) q->helped.notify_all();
       }
     }
-    asio::post(io, [q, io] { take(q, io); });
+    asio::post(ex, [q, ex, helper] { take(q, ex, helper); });
   }
 
   // Drops the reads still waiting, and waits for the one the helper may be

@@ -1186,6 +1186,44 @@ TEST_CASE("small reads awaited by many coroutines of one thread are shared with 
   CHECK(store->reads == 0);
 }
 
+// The helper is called in but cannot come: its I/O thread is held. The
+// readers' turn must still answer every read, however many it leaves
+// waiting for the helper at a time.
+TEST_CASE("reads waiting for a held I/O thread: the readers' turn answers them all (was: half waited for the helper)",
+          "[engine][regression]") {
+  Runtime rt({.codec_threads = 1});
+  auto store = std::make_shared<SplitStore>();
+  constexpr std::uint64_t kChunks = 32;
+  auto a = Array::create_blocking(rt, store, "", make_meta({kChunks * 8}, {8}, DataTypeKind::int32, raw_codecs()));
+  a.write_blocking(Region::all(a.shape()), as_bytes(iota_vec(kChunks * 8)));
+  std::promise<void> release, holding;
+  auto held = release.get_future().share();
+  asio::post(rt.io_executor(), [held, &holding] {
+    holding.set_value();
+    held.wait();
+  });
+  holding.get_future().wait();
+  store->threads_asked();
+  constexpr int kReaders = 8, kReads = 40;
+  std::vector<std::vector<std::int32_t>> got(kReaders);
+  std::vector<std::string> failed(kReaders);
+  asio::io_context client;
+  for (int r = 0; r < kReaders; ++r)
+    asio::co_spawn(client, read_chunk_run(a, static_cast<std::uint64_t>(r) * 5, kReads, kChunks, &got[r], &failed[r]),
+                   asio::detached);
+  client.run_for(test::scaled(std::chrono::seconds(30)));  // a hang fails here
+  const bool all_done = client.stopped();
+  release.set_value();
+  REQUIRE(all_done);
+  for (int r = 0; r < kReaders; ++r) {
+    INFO("reader " << r);
+    CHECK(failed[r].empty());
+    CHECK(got[r] == chunk_run(static_cast<std::uint64_t>(r) * 5, kReads, kChunks));
+  }
+  CHECK(store->threads_asked() == std::set<std::thread::id>{std::this_thread::get_id()});
+  CHECK(rt.stats().caller_reads == kReaders * kReads);
+}
+
 TEST_CASE("a coroutine whose small reads are answered at once lets its thread's other handlers run (was: not until its last read)",
           "[engine]") {
   Runtime rt({.codec_threads = 1});
