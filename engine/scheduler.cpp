@@ -139,12 +139,14 @@ void Scheduler::submit(std::shared_ptr<TaskBatch> batch) {
   // Deferred to the end of this io_context turn, so that batches submitted by
   // concurrent calls in the same turn share pool submissions. If it cannot
   // be posted, nothing else would flush the queue: flush it now.
+  bool posted = false;
   try {
     if (fault_hook) fault_hook("post");
     boost::asio::post(io_, [this] { flush(); });
-  } catch (...) {
-    flush();
+    posted = true;
+  } catch (...) {  // flushed below, outside the catch block (docs/design.md, Errors across threads)
   }
+  if (!posted) flush();
 }
 
 // One pool submission per chunk (what the design avoids, for comparison);
