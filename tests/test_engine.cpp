@@ -1055,6 +1055,15 @@ asio::awaitable<void> read_chunk_run(Array a, std::uint64_t first, int count, st
   }
 }
 
+// An array of `chunks` raw int32 chunks of 8 elements in `store`, holding
+// iota_vec: 1, 2, 3, ... (what read_chunk_run reads).
+Array iota_chunks(Runtime& rt, std::shared_ptr<Store> store, std::uint64_t chunks) {
+  auto meta = make_meta({chunks * 8}, {8}, DataTypeKind::int32, raw_codecs());
+  auto a = Array::create_blocking(rt, std::move(store), "", std::move(meta));
+  a.write_blocking(Region::all(a.shape()), as_bytes(iota_vec(chunks * 8)));
+  return a;
+}
+
 // What read_chunk_run reads of an array holding iota_vec: 1, 2, 3, ...
 std::vector<std::int32_t> chunk_run(std::uint64_t first, int count, std::uint64_t chunks) {
   std::vector<std::int32_t> want;
@@ -1141,8 +1150,7 @@ TEST_CASE("small reads awaited by many coroutines of one thread are shared with 
   Runtime rt({.codec_threads = 2});
   auto store = std::make_shared<SplitStore>();
   constexpr std::uint64_t kChunks = 32;
-  auto a = Array::create_blocking(rt, store, "", make_meta({kChunks * 8}, {8}, DataTypeKind::int32, raw_codecs()));
-  a.write_blocking(Region::all(a.shape()), as_bytes(iota_vec(kChunks * 8)));
+  auto a = iota_chunks(rt, store, kChunks);
   const auto io_thread = asio::post(rt.io_executor(), asio::use_future([] { return std::this_thread::get_id(); })).get();
   // Past the first 16 reads (those answered at once until a read goes
   // through a turn to find the other coroutines), the calling thread's reads
@@ -1194,8 +1202,7 @@ TEST_CASE("reads waiting for a held I/O thread: the readers' turn answers them a
   Runtime rt({.codec_threads = 1});
   auto store = std::make_shared<SplitStore>();
   constexpr std::uint64_t kChunks = 32;
-  auto a = Array::create_blocking(rt, store, "", make_meta({kChunks * 8}, {8}, DataTypeKind::int32, raw_codecs()));
-  a.write_blocking(Region::all(a.shape()), as_bytes(iota_vec(kChunks * 8)));
+  auto a = iota_chunks(rt, store, kChunks);
   std::promise<void> release, holding;
   auto held = release.get_future().share();
   asio::post(rt.io_executor(), [held, &holding] {
@@ -1228,8 +1235,7 @@ TEST_CASE("a coroutine whose small reads are answered at once lets its thread's 
           "[engine]") {
   Runtime rt({.codec_threads = 1});
   auto store = std::make_shared<SplitStore>();
-  auto a = Array::create_blocking(rt, store, "", make_meta({64}, {8}, DataTypeKind::int32, raw_codecs()));
-  a.write_blocking(Region::all(a.shape()), as_bytes(iota_vec(64)));
+  auto a = iota_chunks(rt, store, 8);
   asio::io_context client;
   std::vector<std::int32_t> got;
   std::string failed;
@@ -1245,8 +1251,7 @@ TEST_CASE("a coroutine whose small reads are answered at once lets its thread's 
 TEST_CASE("a store error in reads that went together fails that read alone, with its key", "[engine][errors]") {
   Runtime rt({.codec_threads = 1});
   auto store = std::make_shared<SplitStore>();
-  auto a = Array::create_blocking(rt, store, "", make_meta({64}, {8}, DataTypeKind::int32, raw_codecs()));
-  a.write_blocking(Region::all(a.shape()), as_bytes(iota_vec(64)));
+  auto a = iota_chunks(rt, store, 8);
   store->fail_key = "c/7";
   asio::io_context client;
   constexpr int kReaders = 6;
@@ -1271,8 +1276,7 @@ TEST_CASE("reads waiting to go together when their io_context is destroyed are d
           "[engine][lifetime]") {
   Runtime rt({.codec_threads = 1});
   auto store = std::make_shared<SplitStore>();
-  auto a = Array::create_blocking(rt, store, "", make_meta({64}, {8}, DataTypeKind::int32, raw_codecs()));
-  a.write_blocking(Region::all(a.shape()), as_bytes(iota_vec(64)));
+  auto a = iota_chunks(rt, store, 8);
   std::vector<std::int32_t> got0, got1;
   std::string failed0, failed1;
   std::future<void> done0, done1;
