@@ -19,6 +19,7 @@
 #include <zarrcoro/error.hpp>
 
 #include "codecs/pipeline.hpp"
+#include "core/caught.hpp"
 #include "core/checked.hpp"
 #include "engine/engine_state.hpp"
 #include "engine/node.hpp"
@@ -527,17 +528,14 @@ template <class Item, class Run>
 void start_batch(Runtime& rt, const ChunkCodec& codec, std::span<Item> items, detail::AnyCompletion<void> handler, Run run) {
   const ChunkCodec::Impl& c = codec.impl();
   auto boxes = std::make_shared<std::vector<Box>>();
-  std::exception_ptr error;
-  try {
+  std::exception_ptr error = caught([&] {
     boxes->reserve(items.size());
     for (const Item& item : items) {
       check_size(rt, c, item.key);
       boxes->push_back(resolve(c, item.box, strides_of(item), item.key));
       check_memory(item, boxes->back());
     }
-  } catch (...) {
-    error = std::current_exception();
-  }
+  });
   if (error) return fail_through_pool(rt, std::move(handler), std::move(error));
   auto job = std::make_shared<Job>();
   job->rt = &rt;
@@ -610,12 +608,8 @@ class StoreRequests : public std::enable_shared_from_this<StoreRequests> {
       }
     }
     for (std::size_t i : starting) {
-      std::exception_ptr failed;
-      try {
-        start_(i, [self = shared_from_this()](std::exception_ptr e) { self->done(std::move(e)); });
-      } catch (...) {
-        failed = std::current_exception();
-      }
+      std::exception_ptr failed =
+          caught([&] { start_(i, [self = shared_from_this()](std::exception_ptr e) { self->done(std::move(e)); }); });
       if (failed) done(std::move(failed));
     }
     if (finished) finish_(error);
@@ -675,8 +669,7 @@ void read_values(const std::shared_ptr<StoreBatch<Item>>& b, std::vector<std::si
   asio::post(b->rt->io_executor(), [b, todo = std::move(todo), then = std::move(then)]() mutable {
     const ChunkCodec::Impl& c = b->codec.impl();
     std::vector<std::size_t> waiting;
-    std::exception_ptr error;
-    try {
+    std::exception_ptr error = caught([&] {
       std::vector<std::string> keys;
       keys.reserve(todo.size());
       for (std::size_t i : todo) keys.push_back(b->items[i].key);
@@ -688,9 +681,7 @@ void read_values(const std::shared_ptr<StoreBatch<Item>>& b, std::vector<std::si
         if (now[k].result) b->values[todo[k]] = std::move(now[k].result->value);
         else waiting.push_back(todo[k]);
       }
-    } catch (...) {
-      error = std::current_exception();
-    }
+    });
     if (error) return then(std::move(error));
     auto start = [b](std::size_t i, StoreRequests::Done done) {
       b->store->async_read(b->items[i].key, whole_value(b->codec.impl()),
@@ -721,12 +712,7 @@ namespace detail {
 
 void start_read(Runtime& rt, std::shared_ptr<Store> store, const ChunkCodec& codec, std::span<ChunkDecode> items,
                 AnyCompletion<void> handler) {
-  std::exception_ptr error;
-  try {
-    check_items(rt, codec.impl(), items);
-  } catch (...) {
-    error = std::current_exception();
-  }
+  std::exception_ptr error = caught([&] { check_items(rt, codec.impl(), items); });
   if (error) return fail_through_pool(rt, std::move(handler), std::move(error));
   auto b = std::make_shared<StoreBatch<ChunkDecode>>(rt, std::move(store), codec, items, std::move(handler));
   std::vector<std::size_t> all(items.size());
@@ -751,15 +737,12 @@ void start_write(Runtime& rt, std::shared_ptr<Store> store, const ChunkCodec& co
                  AnyCompletion<void> handler) {
   const ChunkCodec::Impl& c = codec.impl();
   std::vector<std::size_t> partial;  // items that keep what their box does not cover: read first
-  std::exception_ptr error;
-  try {
+  std::exception_ptr error = caught([&] {
     check_items(rt, c, items);
     for (std::size_t i = 0; i < items.size(); ++i)
       if (items[i].keep_rest && !resolve(c, items[i].box, items[i].value_strides, items[i].key).whole)
         partial.push_back(i);
-  } catch (...) {
-    error = std::current_exception();
-  }
+  });
   if (error) return fail_through_pool(rt, std::move(handler), std::move(error));
   auto b = std::make_shared<StoreBatch<ChunkEncode>>(rt, std::move(store), codec, items, std::move(handler));
   auto store_all = [b]() {

@@ -8,6 +8,8 @@
 
 #include <zarrcoro/error.hpp>
 
+#include "core/caught.hpp"
+
 namespace zarrcoro::detail {
 
 std::size_t TaskBatch::bytes() const {
@@ -122,14 +124,11 @@ void Scheduler::submit(std::shared_ptr<TaskBatch> batch) {
   if (options_.dispatch == Dispatch::per_chunk) return submit_per_chunk(std::move(batch));
   {
     std::unique_lock lk(mu_);
-    std::exception_ptr error;
-    try {
+    std::exception_ptr error = caught([&] {
       if (fault_hook) fault_hook("queue");
       queue_.push_back(batch);
-    } catch (...) {  // out of memory: the batch fails rather than being lost
-      error = std::current_exception();
-    }
-    if (error) {
+    });
+    if (error) {  // out of memory: the batch fails rather than being lost
       lk.unlock();
       return fail(*batch, error);
     }
@@ -139,14 +138,11 @@ void Scheduler::submit(std::shared_ptr<TaskBatch> batch) {
   // Deferred to the end of this io_context turn, so that batches submitted by
   // concurrent calls in the same turn share pool submissions. If it cannot
   // be posted, nothing else would flush the queue: flush it now.
-  bool posted = false;
-  try {
+  const std::exception_ptr unposted = caught([&] {
     if (fault_hook) fault_hook("post");
     boost::asio::post(io_, [this] { flush(); });
-    posted = true;
-  } catch (...) {  // flushed below, outside the catch block (docs/design.md, Errors across threads)
-  }
-  if (!posted) flush();
+  });
+  if (unposted) flush();
 }
 
 // One pool submission per chunk (what the design avoids, for comparison);
@@ -154,38 +150,31 @@ void Scheduler::submit(std::shared_ptr<TaskBatch> batch) {
 // fail.
 void Scheduler::submit_per_chunk(std::shared_ptr<TaskBatch> batch) {
   std::shared_ptr<std::atomic<std::size_t>> left;
-  std::exception_ptr error;
-  try {
-    left = std::make_shared<std::atomic<std::size_t>>(batch->tasks.size());
-  } catch (...) {
-    error = std::current_exception();
-  }
+  std::exception_ptr error = caught([&] { left = std::make_shared<std::atomic<std::size_t>>(batch->tasks.size()); });
   if (error) return fail(*batch, error);
   auto one_done = [batch, left] {
     if (left->fetch_sub(1, std::memory_order_acq_rel) == 1) complete(*batch);
   };
   for (std::size_t i = 0; i < batch->tasks.size(); ++i) {
     ChunkTask* t = batch->tasks[i];
-    try {
-      counters_.queue_depth.fetch_add(1, std::memory_order_relaxed);
+    counters_.queue_depth.fetch_add(1, std::memory_order_relaxed);
+    error = caught([&] {
       if (fault_hook) fault_hook("post_chunk");
       boost::asio::post(pool_, [this, t, one_done] {
         run_task(*t);
         counters_.queue_depth.fetch_sub(1, std::memory_order_relaxed);
         one_done();
       });
-      counters_.pool_submissions.fetch_add(1, std::memory_order_relaxed);
-    } catch (...) {
-      counters_.queue_depth.fetch_sub(1, std::memory_order_relaxed);
-      error = std::current_exception();
-    }
+    });
     if (error) {
+      counters_.queue_depth.fetch_sub(1, std::memory_order_relaxed);
       for (std::size_t j = i; j < batch->tasks.size(); ++j) {
         if (!batch->tasks[j]->error) batch->tasks[j]->error = error;
         one_done();
       }
       return;
     }
+    counters_.pool_submissions.fetch_add(1, std::memory_order_relaxed);
   }
 }
 
@@ -232,8 +221,7 @@ void Scheduler::flush() {
     group.clear();
     bytes = 0;
   };
-  std::exception_ptr error;
-  try {
+  const std::exception_ptr error = caught([&] {
     for (const auto& b : queue) {
       const std::size_t nb = b->bytes();
       if (!group.empty() && bytes + nb > options_.batch_bytes) emit();
@@ -241,9 +229,8 @@ void Scheduler::flush() {
       bytes += nb;
     }
     emit();
-  } catch (...) {  // out of memory: what is in no job fails, rather than never completing
-    error = std::current_exception();
-  }
+  });
+  // Out of memory: what is in no job fails, rather than never completing.
   for (std::size_t i = posted; error && i < queue.size(); ++i) fail(*queue[i], error);
 }
 

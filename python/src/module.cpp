@@ -44,6 +44,7 @@
 #include <zarrcoro/store/memory.hpp>
 #include <zarrcoro/store/open.hpp>
 
+#include "core/caught.hpp"
 #include "pipeline.hpp"
 
 namespace nb = nanobind;
@@ -327,12 +328,8 @@ class SlabWrite : public std::enable_shared_from_this<SlabWrite<Handler>> {
       }
     }
     for (std::size_t i : starting) {
-      std::exception_ptr failed;  // completed outside the catch block (see docs/design.md)
-      try {
-        write_(regions_[i], i, [self = this->shared_from_this()](std::exception_ptr e) { self->done(e); });
-      } catch (...) {
-        failed = std::current_exception();
-      }
+      std::exception_ptr failed = zarrcoro::caught(
+          [&] { write_(regions_[i], i, [self = this->shared_from_this()](std::exception_ptr e) { self->done(e); }); });
       if (failed) done(std::move(failed));
     }
     if (finished) std::move(handler_)(error);
