@@ -103,8 +103,12 @@ FilesystemStore::FilesystemStore(asio::any_io_executor io, fs::path root, Filesy
   if (root_.filename().empty()) root_ = root_.parent_path();  // drop a trailing '/'
   root_fd(false);
   struct statfs fs_info {};
-  in_memory_ = ::statfs(root_.c_str(), &fs_info) == 0 &&
-               (fs_info.f_type == TMPFS_MAGIC || fs_info.f_type == RAMFS_MAGIC);
+  if (::statfs(root_.c_str(), &fs_info) == 0) {
+    const auto type = fs_info.f_type;
+    in_memory_ = type == TMPFS_MAGIC || type == RAMFS_MAGIC;
+    seek_end_ = type == EXT4_SUPER_MAGIC || type == XFS_SUPER_MAGIC || type == BTRFS_SUPER_MAGIC ||
+                type == F2FS_SUPER_MAGIC;
+  }
   if (openat2_ && !openat2_works()) openat2_ = false;  // an old kernel, or a seccomp filter refusing it
   if (uring_)
     if (auto why = probe_uring(io_)) disable_uring(why->c_str());
@@ -178,8 +182,9 @@ int FilesystemStore::root_fd(bool create) const {
 // symlink on the way (leaving the root, or any, per-component). `cached`:
 // only through the kernel's lookup cache (openat2 RESOLVE_CACHED), so that
 // the open never waits for the disk; EAGAIN when it would (also where the
-// kernel cannot promise it: before 5.12, or without openat2).
-int FilesystemStore::open_at(const std::string& path, int flags, mode_t mode, bool cached) const {
+// kernel cannot promise it: before 5.12, or without openat2). `same_mount`:
+// on the root's mount only (RESOLVE_NO_XDEV; EXDEV if the path leaves it).
+int FilesystemStore::open_at(const std::string& path, int flags, mode_t mode, bool cached, bool same_mount) const {
   const int root = root_fd(false);
   if (root < 0) {
     errno = ENOENT;
@@ -191,6 +196,7 @@ int FilesystemStore::open_at(const std::string& path, int flags, mode_t mode, bo
     how.mode = (flags & O_CREAT) ? mode : 0;
     how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
     if (cached && resolve_cached_.load(std::memory_order_relaxed)) how.resolve |= RESOLVE_CACHED;
+    if (same_mount) how.resolve |= RESOLVE_NO_XDEV;
     for (int attempt = 0;; ++attempt) {
       const long fd = ::syscall(SYS_openat2, root, path.c_str(), &how, sizeof how);
       if (fd < 0 && errno == EINVAL && (how.resolve & RESOLVE_CACHED)) {
@@ -205,7 +211,7 @@ int FilesystemStore::open_at(const std::string& path, int flags, mode_t mode, bo
       break;
     }
   }
-  if (cached) {
+  if (cached || same_mount) {
     errno = EAGAIN;
     return -1;
   }

@@ -218,12 +218,18 @@ bool FilesystemStore::read_cached(const std::string& key, int fd, const ByteExte
 // the end of the file, unless the count is a multiple of the page size,
 // where a read without waiting may also stop at a page that is not cached:
 // one more read of the next byte must then find the end (not on tmpfs or
-// ramfs, where every page is in memory and reads are plain). (An empty read
+// ramfs, where every page is in memory and reads are plain), or, cheaper,
+// lseek to it where that never waits (seek_end_: a file opened through the
+// lookup cache on the root's own local file system). (An empty read
 // goes the usual way too: a device such as /dev/null reads empty without
 // waiting, and only the usual path refuses what is not a regular file.)
 std::optional<ReadResult> FilesystemStore::read_whole_now(const std::string& key, const ReadOptions& options) const {
   ReadResult result;
-  const int fd = open_beneath(key, key, O_RDONLY | O_NONBLOCK, 0, options.caches_only);
+  // caches_only opens through openat2 (RESOLVE_CACHED) or not at all, and
+  // same_mount keeps that open on the root's file system.
+  const bool seek_end = seek_end_ && options.caches_only;
+  const int fd = seek_end ? open_at(key, O_RDONLY | O_NONBLOCK, 0, true, true)
+                          : open_beneath(key, key, O_RDONLY | O_NONBLOCK, 0, options.caches_only);
   if (fd < 0) {
     if (errno != ENOENT && errno != ENOTDIR) return std::nullopt;
     result.generation = Generation::absent();
@@ -251,7 +257,9 @@ std::optional<ReadResult> FilesystemStore::read_whole_now(const std::string& key
   if (n <= 0 || static_cast<std::size_t>(n) > buf.size()) return std::nullopt;
   static const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
   const auto size = static_cast<std::size_t>(n);
-  if (!in_memory_ && size % page == 0 && read_at(iov + 1, 1, size) != 0) return std::nullopt;
+  if (!in_memory_ && size % page == 0 &&
+      (seek_end ? ::lseek(fd, 0, SEEK_END) != static_cast<off_t>(size) : read_at(iov + 1, 1, size) != 0))
+    return std::nullopt;
   if (options.into.empty()) {
     own.resize(size);
     result.value = std::move(own);

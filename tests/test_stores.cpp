@@ -1208,6 +1208,60 @@ TEST_CASE("FilesystemStore: try_read_now with caches_only declines a path the ke
   CHECK(missing->generation == Generation::absent());
 }
 
+TEST_CASE("FilesystemStore: a whole read at once into a page takes a file of exactly that page and never the first "
+          "page of a longer file",
+          "[stores][filesystem]") {
+  // A read without waiting that fills a page-multiple buffer may have
+  // stopped at an uncached page: its end must be found (a second read, or
+  // lseek on ext4, XFS, btrfs and F2FS) before the value is taken in place.
+  test::TempDir tmp("stores");
+  StoreHarness h(filesystem_factory(tmp.path, kUring));
+  auto* store = store_answering_now(h);
+  if (!store) return;
+  const std::size_t page_size = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  const std::string page(page_size, 'p'), longer = std::string(page_size, 'l') + std::string(page_size, 'm');
+  h.set("c/0", page);
+  h.set("c/1", longer);
+  // c/1 leaves the page cache, and its first page alone comes back (no
+  // readahead): a read without waiting stops after it.
+  const int fd = ::open((tmp.path / "c/1").c_str(), O_RDONLY);
+  REQUIRE(fd >= 0);
+  ::fdatasync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+  char first = 0;
+  REQUIRE(::pread(fd, &first, 1, 0) == 1);
+  unsigned char resident[2] = {};
+  void* map = ::mmap(nullptr, longer.size(), PROT_READ, MAP_SHARED, fd, 0);
+  REQUIRE(map != MAP_FAILED);
+  REQUIRE(::mincore(map, longer.size(), resident) == 0);
+  ::munmap(map, longer.size());
+  ::close(fd);
+  if (!(resident[0] & ~resident[1] & 1))
+    WARN("the kernel kept c/1's second page (or dropped its first): a read stopping at an uncached page was not "
+         "exercised");
+  for (const bool caches_only : {true, false}) {
+    if (caches_only && !FilesystemStore::resolves_cached()) continue;
+    INFO("caches_only " << caches_only);
+    Bytes into(page_size);
+    ReadOptions o;
+    o.caches_only = caches_only;
+    o.need_generation = false;
+    o.into = into;
+    const auto exact = store->try_read_now("c/0", o);
+    REQUIRE(exact);
+    CHECK(exact->in_place);
+    CHECK(into == bytes_of(page));
+    const auto got = store->try_read_now("c/1", o);  // declined, or the whole file as a value of its own
+    if (got) {
+      CHECK_FALSE(got->in_place);
+      REQUIRE(got->value);
+      CHECK(*got->value == bytes_of(longer));
+    }
+    CHECK(h.read("c/1").value == bytes_of(longer));  // brings c/1 back: the second round reads it cached
+  }
+}
+
 TEST_CASE("FilesystemStore on tmpfs answers small reads at once (tmpfs refuses RWF_NOWAIT, which sent every read the long way)",
           "[stores][filesystem][regression]") {
   struct statfs shm {};

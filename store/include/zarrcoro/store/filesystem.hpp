@@ -152,7 +152,8 @@ class FilesystemStore : public Store {
   // A whole value read into
   // ReadOptions::into without need_generation costs open, read and close
   // (no fstat; a value whose size is a multiple of the page size, one read
-  // more); the generation is then unknown. So does a whole value of at most
+  // more, or on ext4, XFS, btrfs and F2FS one lseek); the generation is then
+  // unknown. So does a whole value of at most
   // ReadOptions::size_hint bytes (itself at most 256 KiB) without
   // need_generation; a longer one costs one open, read and close more, then
   // the usual path. An empty value goes the usual path. (Such a read may
@@ -215,7 +216,7 @@ class FilesystemStore : public Store {
  private:
   struct Temp;
   int root_fd(bool create) const;
-  int open_at(const std::string& path, int flags, mode_t mode = 0, bool cached = false) const;
+  int open_at(const std::string& path, int flags, mode_t mode = 0, bool cached = false, bool same_mount = false) const;
   int open_beneath(const std::string& key, const std::string& path, int flags, mode_t mode = 0,
                    bool cached = false) const;
   int open_dir(const std::string& key, const std::string& dir, bool create) const;
@@ -257,6 +258,10 @@ class FilesystemStore : public Store {
   // The root is on tmpfs or ramfs: every page is in memory, and those file
   // systems refuse RWF_NOWAIT, so reads that must not wait read plainly.
   bool in_memory_ = false;
+  // The root is on a local disk file system (ext2-4, XFS, btrfs, F2FS),
+  // where lseek(SEEK_END) reads the size in memory: no network or cluster
+  // lock to wait for.
+  bool seek_end_ = false;
   std::atomic<bool> uring_;
   boost::asio::thread_pool pool_;
 };
