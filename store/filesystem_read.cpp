@@ -226,10 +226,13 @@ bool FilesystemStore::read_cached(const std::string& key, int fd, const ByteExte
 std::optional<ReadResult> FilesystemStore::read_whole_now(const std::string& key, const ReadOptions& options) const {
   ReadResult result;
   // caches_only opens through openat2 (RESOLVE_CACHED) or not at all, and
-  // same_mount keeps that open on the root's file system.
-  const bool seek_end = seek_end_ && options.caches_only;
-  const int fd = seek_end ? open_at(key, O_RDONLY | O_NONBLOCK, 0, true, true)
-                          : open_beneath(key, key, O_RDONLY | O_NONBLOCK, 0, options.caches_only);
+  // same_mount keeps that open on the root's file system. A key beneath
+  // another mount (EXDEV, or EAGAIN: the kernel's cached lookup gives up
+  // at the mount) is opened as before, and its end found by reading.
+  bool seek_end = seek_end_ && options.caches_only;
+  int fd = seek_end ? open_at(key, O_RDONLY | O_NONBLOCK, 0, true, true) : -1;
+  if (seek_end && fd < 0 && (errno == EXDEV || errno == EAGAIN)) seek_end = false;
+  if (!seek_end) fd = open_beneath(key, key, O_RDONLY | O_NONBLOCK, 0, options.caches_only);
   if (fd < 0) {
     if (errno != ENOENT && errno != ENOTDIR) return std::nullopt;
     result.generation = Generation::absent();

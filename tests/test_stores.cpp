@@ -1,6 +1,7 @@
 // Stores: the conformance suite against every local store, plus
 // filesystem- and counting-specific behaviour.
 #include <fcntl.h>
+#include <sched.h>
 #include <linux/fs.h>
 #include <liburing.h>
 #include <linux/filter.h>
@@ -8,6 +9,7 @@
 #include <sys/inotify.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <linux/magic.h>
@@ -1260,6 +1262,43 @@ TEST_CASE("FilesystemStore: a whole read at once into a page takes a file of exa
     }
     CHECK(h.read("c/1").value == bytes_of(longer));  // brings c/1 back: the second round reads it cached
   }
+}
+
+TEST_CASE("FilesystemStore: a whole read at once of a key beneath another mount takes open and read alone",
+          "[stores][filesystem]") {
+  // The read that finds a file's end with lseek opens only on the root's
+  // mount (RESOLVE_NO_XDEV). A key beneath a bind mount is opened again
+  // the usual way and still answered without fstat, which is refused here.
+  test::TempDir tmp("stores");
+  const fs::path root = tmp.path / "root", outside = tmp.path / "outside";
+  fs::create_directories(root / "m");
+  const std::string page(static_cast<std::size_t>(::sysconf(_SC_PAGESIZE)), 'q');
+  spit(outside / "c0", page);
+  constexpr int kNoMount = 78;
+  const auto status = in_child([&] {
+    // A bind mount of `outside` at root/m, in a mount namespace of the
+    // child's own (as root, or in a user namespace of its own).
+    if (::unshare(CLONE_NEWNS) != 0 && ::unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) return kNoMount;
+    if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return kNoMount;
+    if (::mount(outside.c_str(), (root / "m").c_str(), nullptr, MS_BIND, nullptr) != 0) return kNoMount;
+    boost::asio::io_context io;
+    FilesystemStore store(io.get_executor(), root, kUring);
+    if (!store.uses_io_uring() || !FilesystemStore::resolves_cached()) return kNoMount;
+    if (!refuse_syscalls({__NR_newfstatat, __NR_fstat, __NR_statx})) return kChildSkipped;
+    Bytes into(page.size());
+    ReadOptions o;
+    o.caches_only = true;
+    o.need_generation = false;
+    o.into = into;
+    const auto r = store.try_read_now("m/c0", o);
+    if (!r || !r->in_place) return 20;
+    return into == bytes_of(page) ? 0 : 21;
+  });
+  if (status == kNoMount) {
+    WARN("SKIPPED: no bind mount in a mount namespace of a child's own here (or no io_uring, or no RESOLVE_CACHED)");
+    return;
+  }
+  if (status) CHECK(*status == 0);
 }
 
 TEST_CASE("FilesystemStore on tmpfs answers small reads at once (tmpfs refuses RWF_NOWAIT, which sent every read the long way)",
