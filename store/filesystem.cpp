@@ -103,7 +103,8 @@ FilesystemStore::FilesystemStore(asio::any_io_executor io, fs::path root, Filesy
   if (root_.filename().empty()) root_ = root_.parent_path();  // drop a trailing '/'
   root_fd(false);
   struct statfs fs_info {};
-  if (::statfs(root_.c_str(), &fs_info) == 0) {
+  const int root_dir = root_fd_.load();
+  if (root_dir >= 0 && ::fstatfs(root_dir, &fs_info) == 0) {
     const auto type = fs_info.f_type;
     in_memory_ = type == TMPFS_MAGIC || type == RAMFS_MAGIC;
     seek_end_ = type == EXT4_SUPER_MAGIC || type == XFS_SUPER_MAGIC || type == BTRFS_SUPER_MAGIC ||
@@ -183,19 +184,21 @@ int FilesystemStore::root_fd(bool create) const {
 // only through the kernel's lookup cache (openat2 RESOLVE_CACHED), so that
 // the open never waits for the disk; EAGAIN when it would (also where the
 // kernel cannot promise it: before 5.12, or without openat2). `same_mount`:
-// on the root's mount only (RESOLVE_NO_XDEV; EXDEV if the path leaves it).
+// on the root's mount only (RESOLVE_NO_XDEV): a mount on the way gives
+// EXDEV, or EAGAIN with `cached`; EAGAIN without openat2.
 int FilesystemStore::open_at(const std::string& path, int flags, mode_t mode, bool cached, bool same_mount) const {
   const int root = root_fd(false);
   if (root < 0) {
     errno = ENOENT;
     return -1;
   }
-  if (openat2_.load(std::memory_order_relaxed)) {
+  // Without RESOLVE_CACHED (before 5.12) no open is known not to wait.
+  if (openat2_.load(std::memory_order_relaxed) && (!cached || resolve_cached_.load(std::memory_order_relaxed))) {
     open_how how{};
     how.flags = static_cast<std::uint64_t>(flags | O_CLOEXEC);
     how.mode = (flags & O_CREAT) ? mode : 0;
     how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
-    if (cached && resolve_cached_.load(std::memory_order_relaxed)) how.resolve |= RESOLVE_CACHED;
+    if (cached) how.resolve |= RESOLVE_CACHED;
     if (same_mount) how.resolve |= RESOLVE_NO_XDEV;
     for (int attempt = 0;; ++attempt) {
       const long fd = ::syscall(SYS_openat2, root, path.c_str(), &how, sizeof how);

@@ -219,20 +219,21 @@ bool FilesystemStore::read_cached(const std::string& key, int fd, const ByteExte
 // where a read without waiting may also stop at a page that is not cached:
 // one more read of the next byte must then find the end (not on tmpfs or
 // ramfs, where every page is in memory and reads are plain), or, cheaper,
-// lseek to it where that never waits (seek_end_: a file opened through the
-// lookup cache on the root's own local file system). (An empty read
+// lseek to it where that never waits (seek_end_: a file opened with
+// RESOLVE_NO_XDEV, on the root's ext4, XFS, btrfs or F2FS, where SEEK_END
+// reads the size in memory). (An empty read
 // goes the usual way too: a device such as /dev/null reads empty without
 // waiting, and only the usual path refuses what is not a regular file.)
 std::optional<ReadResult> FilesystemStore::read_whole_now(const std::string& key, const ReadOptions& options) const {
   ReadResult result;
-  // caches_only opens through openat2 (RESOLVE_CACHED) or not at all, and
-  // same_mount keeps that open on the root's file system. A key beneath
-  // another mount (EXDEV, or EAGAIN: the kernel's cached lookup gives up
-  // at the mount) is opened as before, and its end found by reading.
-  bool seek_end = seek_end_ && options.caches_only;
-  int fd = seek_end ? open_at(key, O_RDONLY | O_NONBLOCK, 0, true, true) : -1;
-  if (seek_end && fd < 0 && (errno == EXDEV || errno == EAGAIN)) seek_end = false;
-  if (!seek_end) fd = open_beneath(key, key, O_RDONLY | O_NONBLOCK, 0, options.caches_only);
+  // A key that open_at cannot open on the root's mount (EXDEV: a mount or
+  // a symlink leaving the root on the way; ELOOP: a magic link; EAGAIN: a
+  // mount, with caches_only, or a lookup not cached, which then fails
+  // twice) is opened as before, and its end found by reading.
+  bool by_lseek = seek_end_;
+  int fd = by_lseek ? open_at(key, O_RDONLY | O_NONBLOCK, 0, options.caches_only, true) : -1;
+  if (by_lseek && fd < 0 && (errno == EXDEV || errno == ELOOP || errno == EAGAIN)) by_lseek = false;
+  if (!by_lseek) fd = open_beneath(key, key, O_RDONLY | O_NONBLOCK, 0, options.caches_only);
   if (fd < 0) {
     if (errno != ENOENT && errno != ENOTDIR) return std::nullopt;
     result.generation = Generation::absent();
@@ -261,7 +262,7 @@ std::optional<ReadResult> FilesystemStore::read_whole_now(const std::string& key
   static const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
   const auto size = static_cast<std::size_t>(n);
   if (!in_memory_ && size % page == 0 &&
-      (seek_end ? ::lseek(fd, 0, SEEK_END) != static_cast<off_t>(size) : read_at(iov + 1, 1, size) != 0))
+      (by_lseek ? ::lseek(fd, 0, SEEK_END) != static_cast<off_t>(size) : read_at(iov + 1, 1, size) != 0))
     return std::nullopt;
   if (options.into.empty()) {
     own.resize(size);
