@@ -20,6 +20,7 @@
 #include <zarrcoro/runtime.hpp>
 #include <zarrcoro/store.hpp>
 
+#include "core/caught.hpp"
 #include "engine/chunk_op.hpp"
 #include "engine/engine_state.hpp"
 #include "engine/placement.hpp"
@@ -156,13 +157,8 @@ class WaitingReads : public asio::execution_context::service {
         q->requests.pop_front();
         if (helper) ++q->helping;
       }
-      std::exception_ptr error;
       bool answered = false;
-      try {
-        answered = read_now(*r->st, *r->parts, r->place);
-      } catch (...) {
-        error = std::current_exception();
-      }
+      std::exception_ptr error = caught([&] { answered = read_now(*r->st, *r->parts, r->place); });
       const asio::any_io_executor reader = std::move(r->ex);
       asio::post(reader, asio::append(std::move(r->handler), error, answered));
       if (helper) {
