@@ -139,12 +139,15 @@ ShardingCodec::Index ShardingCodec::decode_index(ByteSpan encoded, std::optional
   return idx;
 }
 
-void ShardingCodec::decode(const ArraySpec& spec, ByteSpan in, MutableByteSpan out) const {
-  if (in.size() < index_bytes_)
-    corrupt("shard is " + std::to_string(in.size()) + " bytes, shorter than its index (" +
+ShardingCodec::Index ShardingCodec::shard_index(ByteSpan shard) const {
+  if (shard.size() < index_bytes_)
+    corrupt("shard is " + std::to_string(shard.size()) + " bytes, shorter than its index (" +
             std::to_string(index_bytes_) + ")");
-  const ByteSpan index = index_at_start_ ? in.first(index_bytes_) : in.last(index_bytes_);
-  const Index idx = decode_index(index, in.size());
+  return decode_index(index_at_start_ ? shard.first(index_bytes_) : shard.last(index_bytes_), shard.size());
+}
+
+void ShardingCodec::decode(const ArraySpec& spec, ByteSpan in, MutableByteSpan out) const {
+  const Index idx = shard_index(in);
   const std::size_t es = spec.dtype.size();
   const std::vector<std::uint64_t> zero(chunk_shape_.size(), 0);
   std::vector<std::uint64_t> start(chunk_shape_.size());
@@ -177,11 +180,7 @@ bool ShardingCodec::update(const ArraySpec& spec, std::optional<ByteSpan> existi
                            Bytes& out) const {
   const std::size_t r = chunk_shape_.size(), es = spec.dtype.size();
   Index old;
-  if (existing) {
-    if (existing->size() < index_bytes_) corrupt("shard is shorter than its index");
-    old = decode_index(index_at_start_ ? existing->first(index_bytes_) : existing->last(index_bytes_),
-                       existing->size());
-  }
+  if (existing) old = shard_index(*existing);
   Bytes fill = spec.fill.empty() ? Bytes(es, std::byte{0}) : spec.fill;
   // Variable-length elements by content (`fill` then holds a view of the fill value's bytes).
   std::string_view fill_text;

@@ -68,6 +68,9 @@ class ShardingCodec final : public ArrayToBytesCodec {
   // Decodes the encoded index (index_bytes() long). `shard_size` (if known)
   // bounds the entries. Raises CorruptChunk (checksum, entries out of range).
   Index decode_index(ByteSpan encoded, std::optional<std::uint64_t> shard_size = {}) const;
+  // The index of the whole stored shard `shard`. Raises CorruptChunk as
+  // decode_index, and for a shard shorter than its index.
+  Index shard_index(ByteSpan shard) const;
 
   // Encodes a shard equal to `existing` (nullopt: all fill) with the box
   // `box` at `shard_start` overwritten from `src` (C order, shape

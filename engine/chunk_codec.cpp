@@ -19,6 +19,7 @@
 #include <zarrcoro/error.hpp>
 
 #include "codecs/pipeline.hpp"
+#include "codecs/sharding.hpp"
 #include "core/caught.hpp"
 #include "core/checked.hpp"
 #include "engine/engine_state.hpp"
@@ -36,6 +37,7 @@ struct ChunkCodec::Impl {
   FillValue fill;
   std::uint64_t chunk_bytes = 0;
   std::vector<std::int64_t> c_strides;  // bytes, of a decoded chunk (C order)
+  const codecs::ShardingCodec* shard = nullptr;  // the whole pipeline, when it is sharding_indexed alone
 };
 
 namespace {
@@ -64,6 +66,8 @@ std::shared_ptr<ChunkCodec::Impl> prepare(const nlohmann::json& codecs, DataType
   } catch (const Error& e) {
     throw_error(e.code(), key, e.field(), e.detail());
   }
+  if (impl->pipeline->array_to_bytes_only())
+    impl->shard = dynamic_cast<const codecs::ShardingCodec*>(&impl->pipeline->array_to_bytes());
   impl->dtype = dtype;
   impl->shape = std::move(shape);
   impl->fill = std::move(fill);
@@ -323,6 +327,67 @@ std::byte* scratch(std::uint64_t bytes) {
 
 // ---- the items -----------------------------------------------------------------
 
+// A box of a shard placed inner chunk by inner chunk: only the inner chunks
+// the box touches are decoded (as zarr-python's partial shard reads do), each
+// copied from a scratch of its own size straight to its place.
+void decode_shard_box(const ChunkCodec::Impl& c, const codecs::ShardingCodec& sc, ByteSpan shard,
+                      const ChunkDecode& item, const Box& box) {
+  const std::size_t rank = c.shape.size(), es = c.dtype.size();
+  const auto index = sc.shard_index(shard);
+  const codecs::CodecPipeline& inner = sc.inner();
+  const std::uint64_t inner_bytes = inner.chunk_spec().num_bytes();
+  const auto& ics = sc.chunk_shape();
+  const auto inner_strides = contiguous_strides(ics, es);
+  // Per dimension: the box's first element and step in the shard, the inner
+  // chunks it spans, and the source strides of a box step in an inner chunk.
+  std::vector<std::uint64_t> start(rank, 0), step(rank, 1), first(rank), last(rank), n(rank);
+  std::vector<std::int64_t> src_strides(rank);
+  for (std::size_t d = 0; d < rank; ++d) {
+    if (!item.box.start.empty()) start[d] = item.box.start[d], step[d] = item.box.step[d];
+    first[d] = start[d] / ics[d];
+    last[d] = (start[d] + (box.count[d] - 1) * step[d]) / ics[d];
+    src_strides[d] = inner_strides[d] * static_cast<std::int64_t>(step[d]);
+  }
+  const std::vector<std::int64_t> broadcast(rank, 0);
+  std::vector<std::uint64_t> j = first;  // the inner chunk's coordinates in the shard
+  for (;;) {
+    // The box elements [lo, lo + n) that fall in inner chunk j, per dimension.
+    bool touched = true;
+    std::int64_t dst_offset = 0, src_offset = 0;
+    for (std::size_t d = 0; d < rank && touched; ++d) {
+      const std::uint64_t a = j[d] * ics[d], b = a + ics[d];
+      const std::uint64_t lo = a <= start[d] ? 0 : (a - start[d] + step[d] - 1) / step[d];
+      const std::uint64_t hi = std::min(box.count[d], (b - start[d] + step[d] - 1) / step[d]);
+      touched = lo < hi;
+      n[d] = hi - lo;
+      dst_offset += static_cast<std::int64_t>(lo) * box.user_strides[d];
+      src_offset += static_cast<std::int64_t>(start[d] + lo * step[d] - a) * inner_strides[d];
+    }
+    if (touched) {
+      const std::size_t number = sc.inner_number(j);
+      std::byte* dst = item.out + dst_offset;
+      if (index.missing(number)) {
+        strided_copy(c.fill.data(), broadcast, dst, box.user_strides, n, es);
+      } else {
+        const ByteSpan bytes = shard.subspan(index.offset(number), index.nbytes(number));
+        const std::byte* chunk = bytes.data();  // a plain copy: the stored bytes are the decoded chunk
+        if (!inner.is_trivial() || bytes.size() != inner_bytes) {
+          std::byte* s = scratch(inner_bytes);
+          inner.decode(bytes, MutableByteSpan(s, inner_bytes));
+          chunk = s;
+        }
+        strided_copy(chunk + src_offset, src_strides, dst, box.user_strides, n, es);
+      }
+    }
+    std::size_t d = rank;
+    while (d > 0 && ++j[d - 1] > last[d - 1]) {
+      j[d - 1] = first[d - 1];
+      --d;
+    }
+    if (d == 0) return;
+  }
+}
+
 void decode_one(const ChunkCodec::Impl& c, const ChunkDecode& item, const Box& box) {
   const std::size_t es = c.dtype.size();
   if (box.elements == 0) return;
@@ -334,6 +399,10 @@ void decode_one(const ChunkCodec::Impl& c, const ChunkDecode& item, const Box& b
   const ByteSpan encoded = *item.encoded;
   if (box.user_contiguous) {
     c.pipeline->decode(encoded, MutableByteSpan(item.out, c.chunk_bytes));
+    return;
+  }
+  if (c.shard) {
+    decode_shard_box(c, *c.shard, encoded, item, box);
     return;
   }
   const std::byte* chunk;

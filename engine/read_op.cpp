@@ -337,10 +337,7 @@ class ReadOp final : public ChunkOp {
     const auto& sc = *st_->shard;
     const ByteSpan in = *t.encoded;
     try {
-      if (in.size() < sc.index_bytes())
-        throw CorruptChunk("", "sharding_indexed", "the shard is shorter than its index");
-      const auto index =
-          sc.decode_index(sc.index_at_start() ? in.first(sc.index_bytes()) : in.last(sc.index_bytes()), in.size());
+      const auto index = sc.shard_index(in);
       plan_pieces(i);
       locate_pieces(index, t.pieces);
     } catch (...) {

@@ -117,12 +117,7 @@ class WriteOp final : public ChunkOp {
         }
         // The new shard's index, so that a read after this write finds it cached.
         t.index.reset();
-        if (!t.erase) {
-          const auto& sc = *st_->shard;
-          const ByteSpan shard = t.encoded;
-          t.index = std::make_shared<codecs::ShardingCodec::Index>(sc.decode_index(
-              sc.index_at_start() ? shard.first(sc.index_bytes()) : shard.last(sc.index_bytes()), shard.size()));
-        }
+        if (!t.erase) t.index = std::make_shared<codecs::ShardingCodec::Index>(st_->shard->shard_index(t.encoded));
         return;
       }
       // A trivial pipeline (bytes in native order, nothing else) encodes as

@@ -169,6 +169,55 @@ TEST_CASE("boxes with steps, negative and Fortran strides, dropped dimensions", 
   }
 }
 
+TEST_CASE("a box of a shard decodes only the inner chunks it touches, each straight to its place", "[chunk_codec]") {
+  Runtime rt(RuntimeOptions{.codec_threads = 2});
+  // An 8 x 12 shard of 4 x 4 inner chunks (2 x 3 of them); inner chunk (1, 2) is all fill, so not stored.
+  const ChunkCodec codec = ChunkCodec::from_codecs(
+      json::parse(R"([{"name":"sharding_indexed","configuration":{"chunk_shape":[4,4],)"
+                  R"("codecs":[{"name":"bytes","configuration":{"endian":"little"}},{"name":"zstd"}]}}])"),
+      DataTypeKind::int32, {8, 12});
+  std::vector<std::int32_t> shard(96);
+  for (int r = 0; r < 8; ++r)
+    for (int c = 0; c < 12; ++c) shard[static_cast<std::size_t>(r * 12 + c)] = r >= 4 && c >= 8 ? 0 : 12 * r + c + 1;
+  std::vector<ChunkEncode> enc(1);
+  enc[0].value = reinterpret_cast<const std::byte*>(shard.data());
+  codec.encode_blocking(rt, enc);
+  REQUIRE(enc[0].encoded);
+  Bytes stored = *enc[0].encoded;
+  auto decode = [&](ChunkBox box, std::int32_t* out, std::vector<std::int64_t> strides = {}) {
+    std::vector<ChunkDecode> d(1);
+    d[0].key = "c/0/0";
+    d[0].encoded = ByteSpan(stored);
+    d[0].box = std::move(box);
+    d[0].out = reinterpret_cast<std::byte*>(out);
+    d[0].out_strides = std::move(strides);
+    codec.decode_blocking(rt, d);
+  };
+
+  SECTION("steps across inner chunk edges, a missing inner chunk read as fill") {
+    std::vector<std::int32_t> out(9, -1);
+    decode(ChunkBox{{1, 2}, {3, 4}, {3, 3}}, out.data());  // rows 1, 4, 7; columns 2, 6, 10
+    CHECK(out == std::vector<std::int32_t>{15, 19, 23, 51, 55, 0, 87, 91, 0});
+  }
+  SECTION("the whole shard to reversed strides") {
+    std::vector<std::int32_t> out(96, -1);
+    decode(ChunkBox{}, out.data() + 95, {-48, -4});
+    for (std::size_t k = 0; k < 96; ++k) CHECK(out[k] == shard[95 - k]);
+  }
+  SECTION("an inner chunk the box does not touch is never decoded") {
+    // The index (little-endian offset, nbytes pairs at the end, then a crc32c of them) places inner chunk (0, 0).
+    std::uint64_t offset = 0, nbytes = 0;
+    std::memcpy(&offset, stored.data() + stored.size() - 4 - 6 * 16, 8);
+    std::memcpy(&nbytes, stored.data() + stored.size() - 4 - 6 * 16 + 8, 8);
+    REQUIRE(nbytes > 0);
+    std::memset(stored.data() + offset, 0x5a, nbytes);
+    std::vector<std::int32_t> out(16, -1);
+    decode(ChunkBox{{4, 4}, {1, 1}, {4, 4}}, out.data());  // inner chunk (1, 1) alone
+    for (std::size_t k = 0; k < 16; ++k) CHECK(out[k] == static_cast<std::int32_t>(12 * (4 + k / 4) + 4 + k % 4 + 1));
+    CHECK_THROWS_AS(decode(ChunkBox{{3, 3}, {1, 1}, {2, 2}}, out.data()), CorruptChunk);  // touches (0, 0)
+  }
+}
+
 TEST_CASE("encode then decode round trips; encoded bytes are what Array stores", "[chunk_codec]") {
   for (const char* chain : kChains) {
     INFO(chain);

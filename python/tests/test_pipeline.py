@@ -86,6 +86,42 @@ def test_what_zarr_python_wrote_reads_through_the_engine(tmp_path):
         np.testing.assert_array_equal(z.oindex[[1, 9], [0, 16]], expected[np.ix_([1, 9], [0, 16])])
 
 
+@pytest.mark.parametrize("kind", ["local", "memory"])
+def test_parts_of_shards_at_hand_are_read_by_the_engine(kind, tmp_path, monkeypatch):
+    """A read of part of a shard whose bytes are at hand (a MemoryStore's
+    value, a LocalStore file of up to 1 MiB decoded) is the engine's, which
+    decodes the inner chunks the selection touches: no call into zarr-python's
+    pipeline. A larger LocalStore shard is read by byte ranges through
+    zarr-python's sharding codec."""
+    from zarr.core.codec_pipeline import BatchedCodecPipeline
+
+    calls = []
+    real_read = BatchedCodecPipeline.read
+
+    async def counted_read(self, *args, **kwargs):
+        calls.append(1)
+        return await real_read(self, *args, **kwargs)
+
+    monkeypatch.setattr(BatchedCodecPipeline, "read", counted_read)
+    store = (lambda name: tmp_path / name) if kind == "local" else (lambda name: zarr.storage.MemoryStore())
+    expected = data()
+    expected[8:12, 10:15] = 0  # inner chunk (2, 2) is all fill: not stored
+    with zarr.config.set(OURS):
+        z = make(store("a.zarr"), shards=(8, 10))
+        z[:] = expected
+        for sel in SELECTIONS:
+            np.testing.assert_array_equal(z[sel], expected[sel])
+        np.testing.assert_array_equal(z[9:12, 11:14], np.zeros((3, 3), "float32"))
+        assert calls == []
+
+        big = np.arange(1024 * 1024, dtype="float32").reshape(1024, 1024)  # a 4 MiB shard
+        zb = zarr.create_array(store=store("b.zarr"), shape=big.shape, chunks=(32, 32), shards=big.shape,
+                               dtype="float32")
+        zb[:] = big
+        np.testing.assert_array_equal(zb[3:40:2, 5:9], big[3:40:2, 5:9])
+        assert bool(calls) == (kind == "local")
+
+
 def test_fancy_selections(tmp_path):
     expected = data()
     with zarr.config.set(OURS):

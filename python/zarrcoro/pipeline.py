@@ -22,7 +22,10 @@ copied by NumPy. Sharded arrays: a whole shard read is decoded by the
 engine; a read of part of a shard and every shard write go through
 zarr-python's sharding codec (its byte-range reads, index and subchunk
 order, on the loop's thread), whose inner chunks come back to this pipeline
-(``from_codecs``) and so to the engine in batches.
+(``from_codecs``) and so to the engine in batches; but where the whole shard
+is at hand (a MemoryStore's value, or a LocalStore's file of up to 1 MiB
+decoded, which the engine reads whole), a read of part of it is the
+engine's too, which decodes only the inner chunks the selection touches.
 
 What the engine does not carry falls back to zarr-python's own
 BatchedCodecPipeline for that array, with one log line (logger
@@ -48,6 +51,7 @@ import asyncio
 import atexit
 import json
 import logging
+import math
 import os
 import weakref
 from typing import TYPE_CHECKING, Any
@@ -71,6 +75,10 @@ __all__ = ["CodecPipeline"]
 logger = logging.getLogger("zarrcoro.pipeline")
 
 _DEFAULT_BATCH = 64
+# A read of part of a LocalStore shard up to this size (decoded) reads the whole file in the engine, rather than
+# its index and inner chunks by byte ranges through zarr-python's sharding codec: a page-cached MiB costs less
+# than zarr-python's own work per shard.
+_LOCAL_SHARD_BYTES = 1 << 20
 # NumPy kinds the engine holds as fixed-size elements: bool, integers,
 # floats, complex, S<n>, U<n>, structured records.
 _KINDS = frozenset("biufcSUV")
@@ -318,9 +326,9 @@ class CodecPipeline(_ZarrCodecPipeline):
         self._local_root = os.path.abspath(str(store.root)) if self._local is not None else None
         self._chunk_store = None
         self._chunk_store_pid = None
-        # Sharded arrays read a part of a shard and write shards through zarr-python's sharding codec (its
-        # partial reads and writes and its subchunk order; the inner chunks' codec work comes back to the engine
-        # through from_codecs); a whole shard read is decoded by the engine at once.
+        # Sharded arrays write shards, and read parts of shards of remote stores, through zarr-python's sharding
+        # codec (its partial reads and writes and its subchunk order; the inner chunks' codec work comes back to
+        # the engine through from_codecs); other shard reads are the engine's (_whole_shards_at_hand).
         self._sharded = _has_sharding(fallback)
         self._native = native            # the array's engine pipeline (from metadata), or None
         self._codecs_json = codecs_json  # from_codecs: the v3 codecs list for the engine, or None
@@ -558,7 +566,7 @@ class CodecPipeline(_ZarrCodecPipeline):
         if out_arr is None:
             return await self.fallback.read(batch, out, drop_axes)
         natives = [self._native_for(spec) for _, spec, *_ in batch]
-        if any(n is None for n in natives) or (self._sharded and not all(c for *_, c in batch)):
+        if any(n is None for n in natives) or (self._sharded and not self._whole_shards_at_hand(batch)):
             return await self.fallback.read(batch, out, drop_axes)
         size = self._batch_size or _batch_size()
         parts = [(batch[i:i + size], natives[i:i + size]) for i in range(0, len(batch), size)]
@@ -569,6 +577,19 @@ class CodecPipeline(_ZarrCodecPipeline):
             logger.info("zarrcoro.pipeline: a read the engine refused runs through zarr-python's pipeline: %s", e)
             return await self.fallback.read(batch, out, drop_axes)
         return tuple(r for part in results for r in part)
+
+    def _whole_shards_at_hand(self, batch) -> bool:
+        """True if the engine takes this batch of shards: each is read whole, or
+        lies whole at hand (a MemoryStore's value; a LocalStore's file of at
+        most _LOCAL_SHARD_BYTES decoded, which the engine reads whole), and the
+        engine decodes only the inner chunks a selection touches. Parts of other
+        shards are left to zarr-python's sharding codec, which reads the index
+        and those inner chunks alone."""
+        if all(c for *_, c in batch) or _in_memory(batch):
+            return True
+        spec = batch[0][1]
+        small = math.prod(spec.shape) * spec.dtype.to_native_dtype().itemsize <= _LOCAL_SHARD_BYTES
+        return small and self._engine_store(batch) is not None
 
     def _engine_array(self, out, batch):
         """The NumPy array behind `out` if the engine can write it, else None."""

@@ -14,7 +14,9 @@
 // box lives in the caller's memory, a strided view (a NumPy view, say): box
 // element (i_0, ..., i_{r-1}) is chunk element start_d + i_d * step_d and sits
 // at `base + sum_d i_d * strides[d]` bytes. Strides may be negative; a
-// source (encode) may also have stride 0 to broadcast one value.
+// source (encode) may also have stride 0 to broadcast one value. A shard
+// (codecs: sharding_indexed alone) decodes only the inner chunks its box
+// touches, each straight to its place; the others are never checked.
 //
 // Thread-safety: a ChunkCodec is an immutable, cheaply copyable handle to a
 // prepared pipeline; all members may be called concurrently from any thread.
