@@ -207,16 +207,17 @@ Box resolve(const ChunkCodec::Impl& c, const ChunkBox& b, const std::vector<std:
   out.whole = true;
   for (std::size_t d = 0; d < rank; ++d) {
     const std::uint64_t start = b.start.empty() ? 0 : b.start[d];
-    const std::uint64_t step = b.step.empty() ? 1 : b.step[d];
     const std::uint64_t n = out.count[d];
-    if (step == 0) throw InvalidArgument(key, "box", "a step of 0 in dimension " + std::to_string(d));
+    const std::uint64_t given = b.step.empty() ? 1 : b.step[d];
+    if (given == 0) throw InvalidArgument(key, "box", "a step of 0 in dimension " + std::to_string(d));
+    const std::uint64_t step = n > 1 ? given : 1;  // one element: any step (a NumPy slice's) stays in bounds
     if (n > 0 && (start >= c.shape[d] || (n - 1) > (c.shape[d] - 1 - start) / step))
       throw InvalidArgument(key, "box",
                             "dimension " + std::to_string(d) + " reaches past the chunk's " + std::to_string(c.shape[d]) +
                                 " elements");
     out.chunk_strides[d] = c.c_strides[d] * static_cast<std::int64_t>(step);
     out.chunk_offset += c.c_strides[d] * static_cast<std::int64_t>(start);
-    if (start != 0 || (step != 1 && n > 1) || n != c.shape[d]) out.whole = false;
+    if (start != 0 || step != 1 || n != c.shape[d]) out.whole = false;
   }
   out.elements = checked_product(out.count).value_or(0);
   if (strides.empty()) {
@@ -343,7 +344,8 @@ void decode_shard_box(const ChunkCodec::Impl& c, const codecs::ShardingCodec& sc
   std::vector<std::uint64_t> start(rank, 0), step(rank, 1), first(rank), last(rank), n(rank);
   std::vector<std::int64_t> src_strides(rank);
   for (std::size_t d = 0; d < rank; ++d) {
-    if (!item.box.start.empty()) start[d] = item.box.start[d], step[d] = item.box.step[d];
+    if (!item.box.start.empty()) start[d] = item.box.start[d];
+    if (!item.box.step.empty() && box.count[d] > 1) step[d] = item.box.step[d];  // one element: any step
     first[d] = start[d] / ics[d];
     last[d] = (start[d] + (box.count[d] - 1) * step[d]) / ics[d];
     src_strides[d] = inner_strides[d] * static_cast<std::int64_t>(step[d]);
@@ -356,8 +358,8 @@ void decode_shard_box(const ChunkCodec::Impl& c, const codecs::ShardingCodec& sc
     std::int64_t dst_offset = 0, src_offset = 0;
     for (std::size_t d = 0; d < rank && touched; ++d) {
       const std::uint64_t a = j[d] * ics[d], b = a + ics[d];
-      const std::uint64_t lo = a <= start[d] ? 0 : (a - start[d] + step[d] - 1) / step[d];
-      const std::uint64_t hi = std::min(box.count[d], (b - start[d] + step[d] - 1) / step[d]);
+      const std::uint64_t lo = a <= start[d] ? 0 : (a - start[d] - 1) / step[d] + 1;
+      const std::uint64_t hi = std::min(box.count[d], (b - start[d] - 1) / step[d] + 1);  // b > start
       touched = lo < hi;
       n[d] = hi - lo;
       dst_offset += static_cast<std::int64_t>(lo) * box.user_strides[d];

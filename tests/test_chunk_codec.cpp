@@ -218,6 +218,57 @@ TEST_CASE("a box of a shard decodes only the inner chunks it touches, each strai
   }
 }
 
+TEST_CASE("a box of a shard of plain inner chunks: steps over inner chunks and any step for one element",
+          "[chunk_codec]") {
+  Runtime rt(RuntimeOptions{.codec_threads = 2});
+  // A 4 x 12 shard of 2 x 2 inner chunks (2 x 6 of them) stored as plain bytes, the index first and unchecked.
+  const ChunkCodec codec = ChunkCodec::from_codecs(
+      json::parse(R"([{"name":"sharding_indexed","configuration":{"chunk_shape":[2,2],"index_location":"start",)"
+                  R"("codecs":[{"name":"bytes","configuration":{"endian":"little"}}],)"
+                  R"("index_codecs":[{"name":"bytes","configuration":{"endian":"little"}}]}}])"),
+      DataTypeKind::int32, {4, 12});
+  const auto shard = iota_vec(48);  // shard[r][c] = 12 r + c + 1
+  std::vector<ChunkEncode> enc(1);
+  enc[0].value = reinterpret_cast<const std::byte*>(shard.data());
+  codec.encode_blocking(rt, enc);
+  REQUIRE(enc[0].encoded);
+  Bytes stored = *enc[0].encoded;
+  auto decode = [&](ChunkBox box, std::vector<std::int32_t>& out) {
+    std::vector<ChunkDecode> d(1);
+    d[0].key = "c/0/0";
+    d[0].encoded = ByteSpan(stored);
+    d[0].box = std::move(box);
+    d[0].out = reinterpret_cast<std::byte*>(out.data());
+    codec.decode_blocking(rt, d);
+  };
+
+  SECTION("columns 1, 6 and 11 skip inner chunk columns 1, 2 and 4") {
+    std::vector<std::int32_t> out(6, -1);
+    decode(ChunkBox{{0, 1}, {3, 5}, {2, 3}}, out);
+    CHECK(out == std::vector<std::int32_t>{2, 7, 12, 38, 43, 48});
+  }
+  SECTION("a dimension of one element with the largest step (a NumPy slice's) reads that element") {
+    std::vector<std::int32_t> out(12, -1);
+    decode(ChunkBox{{2, 0}, {std::numeric_limits<std::uint64_t>::max(), 1}, {1, 12}}, out);
+    CHECK(out == iota_vec(12, 25));
+  }
+  SECTION("an inner chunk recorded one byte short: CorruptChunk naming the key") {
+    std::uint64_t nbytes = 0;
+    std::memcpy(&nbytes, stored.data() + 8, 8);  // entry 0: offset, then nbytes
+    --nbytes;
+    std::memcpy(stored.data() + 8, &nbytes, 8);
+    std::vector<std::int32_t> out(4, -1);
+    decode(ChunkBox{{0, 2}, {1, 1}, {2, 2}}, out);  // inner chunk (0, 1) alone: fine
+    CHECK(out == std::vector<std::int32_t>{3, 4, 15, 16});
+    try {
+      decode(ChunkBox{{1, 1}, {1, 1}, {1, 2}}, out);  // touches inner chunk (0, 0)
+      FAIL("no error");
+    } catch (const CorruptChunk& e) {
+      CHECK(e.key() == "c/0/0");
+    }
+  }
+}
+
 TEST_CASE("encode then decode round trips; encoded bytes are what Array stores", "[chunk_codec]") {
   for (const char* chain : kChains) {
     INFO(chain);

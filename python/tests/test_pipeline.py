@@ -113,6 +113,10 @@ def test_parts_of_shards_at_hand_are_read_by_the_engine(kind, tmp_path, monkeypa
             np.testing.assert_array_equal(z[sel], expected[sel])
         np.testing.assert_array_equal(z[9:12, 11:14], np.zeros((3, 3), "float32"))
         assert calls == []
+        # Other selections of parts of shards stay with zarr-python's sharding codec (no whole shard decoded).
+        np.testing.assert_array_equal(z.oindex[[1, 9], [0, 16]], expected[np.ix_([1, 9], [0, 16])])
+        assert calls
+        calls.clear()
 
         big = np.arange(1024 * 1024, dtype="float32").reshape(1024, 1024)  # a 4 MiB shard
         zb = zarr.create_array(store=store("b.zarr"), shape=big.shape, chunks=(32, 32), shards=big.shape,

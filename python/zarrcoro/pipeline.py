@@ -24,8 +24,9 @@ zarr-python's sharding codec (its byte-range reads, index and subchunk
 order, on the loop's thread), whose inner chunks come back to this pipeline
 (``from_codecs``) and so to the engine in batches; but where the whole shard
 is at hand (a MemoryStore's value, or a LocalStore's file of up to 1 MiB
-decoded, which the engine reads whole), a read of part of it is the
-engine's too, which decodes only the inner chunks the selection touches.
+decoded, which the engine reads whole), a read of a box of it (slices and
+integers) is the engine's too, which decodes only the inner chunks the box
+touches.
 
 What the engine does not carry falls back to zarr-python's own
 BatchedCodecPipeline for that array, with one log line (logger
@@ -328,7 +329,7 @@ class CodecPipeline(_ZarrCodecPipeline):
         self._chunk_store_pid = None
         # Sharded arrays write shards, and read parts of shards of remote stores, through zarr-python's sharding
         # codec (its partial reads and writes and its subchunk order; the inner chunks' codec work comes back to
-        # the engine through from_codecs); other shard reads are the engine's (_whole_shards_at_hand).
+        # the engine through from_codecs); other shard reads are the engine's (_shards_at_hand).
         self._sharded = _has_sharding(fallback)
         self._native = native            # the array's engine pipeline (from metadata), or None
         self._codecs_json = codecs_json  # from_codecs: the v3 codecs list for the engine, or None
@@ -566,7 +567,7 @@ class CodecPipeline(_ZarrCodecPipeline):
         if out_arr is None:
             return await self.fallback.read(batch, out, drop_axes)
         natives = [self._native_for(spec) for _, spec, *_ in batch]
-        if any(n is None for n in natives) or (self._sharded and not self._whole_shards_at_hand(batch)):
+        if any(n is None for n in natives) or (self._sharded and not self._shards_at_hand(batch, drop_axes)):
             return await self.fallback.read(batch, out, drop_axes)
         size = self._batch_size or _batch_size()
         parts = [(batch[i:i + size], natives[i:i + size]) for i in range(0, len(batch), size)]
@@ -578,14 +579,20 @@ class CodecPipeline(_ZarrCodecPipeline):
             return await self.fallback.read(batch, out, drop_axes)
         return tuple(r for part in results for r in part)
 
-    def _whole_shards_at_hand(self, batch) -> bool:
-        """True if the engine takes this batch of shards: each is read whole, or
-        lies whole at hand (a MemoryStore's value; a LocalStore's file of at
-        most _LOCAL_SHARD_BYTES decoded, which the engine reads whole), and the
-        engine decodes only the inner chunks a selection touches. Parts of other
+    def _shards_at_hand(self, batch, drop_axes) -> bool:
+        """True if the engine takes this batch of shards: each is read whole,
+        or the parts read are boxes (slices and integers) of shards whose bytes
+        are at hand (a MemoryStore's value; a LocalStore's file of at most
+        _LOCAL_SHARD_BYTES decoded, which the engine reads whole), of which the
+        engine decodes only the inner chunks the boxes touch. Other parts of
         shards are left to zarr-python's sharding codec, which reads the index
         and those inner chunks alone."""
-        if all(c for *_, c in batch) or _in_memory(batch):
+        parts = [(spec, chunk_sel, out_sel) for _, spec, chunk_sel, out_sel, complete in batch if not complete]
+        if not parts:
+            return True
+        if drop_axes or not all(_is_basic(o) and _chunk_box(s.shape, c) is not None for s, c, o in parts):
+            return False
+        if _in_memory(batch):
             return True
         spec = batch[0][1]
         small = math.prod(spec.shape) * spec.dtype.to_native_dtype().itemsize <= _LOCAL_SHARD_BYTES

@@ -16,7 +16,8 @@
 // at `base + sum_d i_d * strides[d]` bytes. Strides may be negative; a
 // source (encode) may also have stride 0 to broadcast one value. A shard
 // (codecs: sharding_indexed alone) decodes only the inner chunks its box
-// touches, each straight to its place; the others are never checked.
+// touches, each straight to its place: its index is checked whole, its other
+// inner chunks not at all.
 //
 // Thread-safety: a ChunkCodec is an immutable, cheaply copyable handle to a
 // prepared pipeline; all members may be called concurrently from any thread.
@@ -47,11 +48,12 @@
 // key and field (an unknown codec, a variable-length data type, which this
 // interface does not carry). A batch completes with the typed Error of a
 // chunk that failed (the lowest-numbered of those run; items after the first
-// failure may be skipped), its `key` the item's key: CorruptChunk for bytes
-// that do not decode, InvalidArgument (field "box", "strides", "out" or
-// "value") for an item that does not fit its chunk, found before any item
-// runs (then nothing is written), UnsupportedError (field "chunk_grid") for a
-// chunk larger than RuntimeOptions::max_chunk_bytes.
+// failure may be skipped; a failed decode may have written part of its box),
+// its `key` the item's key: CorruptChunk for bytes that do not decode,
+// InvalidArgument (field "box", "strides", "out" or "value") for an item that
+// does not fit its chunk, found before any item runs (then nothing is
+// written), UnsupportedError (field "chunk_grid") for a chunk larger than
+// RuntimeOptions::max_chunk_bytes.
 #pragma once
 
 #include <cstdint>
