@@ -327,9 +327,10 @@ class CodecPipeline(_ZarrCodecPipeline):
         self._local_root = os.path.abspath(str(store.root)) if self._local is not None else None
         self._chunk_store = None
         self._chunk_store_pid = None
-        # Sharded arrays write shards, and read parts of shards of remote stores, through zarr-python's sharding
-        # codec (its partial reads and writes and its subchunk order; the inner chunks' codec work comes back to
-        # the engine through from_codecs); other shard reads are the engine's (_shards_at_hand).
+        # Sharded arrays write shards, and read the parts of shards _shards_at_hand leaves (remote stores, large
+        # local shards, selections other than boxes), through zarr-python's sharding codec (its partial reads and
+        # writes and its subchunk order; the inner chunks' codec work comes back to the engine through
+        # from_codecs); other shard reads are the engine's.
         self._sharded = _has_sharding(fallback)
         self._native = native            # the array's engine pipeline (from metadata), or None
         self._codecs_json = codecs_json  # from_codecs: the v3 codecs list for the engine, or None
