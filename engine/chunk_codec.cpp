@@ -852,4 +852,36 @@ void start_write(Runtime& rt, std::shared_ptr<Store> store, const ChunkCodec& co
 
 }  // namespace detail
 
+bool ChunkCodec::read_now(Runtime& rt, Store& store, std::span<ChunkDecode> items) const {
+  const Impl& c = *impl_;
+  const RuntimeOptions& o = rt.options();
+  constexpr std::size_t kMaxItems = 4;  // as Array's reads on the caller (engine/caller_read.hpp)
+  if (!o.caller_reads || !c.pipeline->is_trivial() || items.empty() || items.size() > kMaxItems ||
+      items.size() * c.chunk_bytes > o.inline_bytes)
+    return false;
+  check_items(rt, c, items);
+  ReadOptions options = whole_value(c);
+  options.caches_only = true;  // the calling thread never waits for a device
+  std::vector<std::optional<Bytes>> values(items.size());
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    std::optional<ReadResult> got = store.try_read_now(items[i].key, options);
+    if (!got) return false;  // nothing written yet
+    values[i] = std::move(got->value);
+  }
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    ChunkDecode& item = items[i];
+    item.found = values[i].has_value();
+    item.encoded = values[i] ? std::optional<ByteSpan>(ByteSpan(*values[i])) : std::nullopt;
+    try {
+      decode_one(c, item, resolve(c, item.box, item.out_strides, item.key));
+    } catch (...) {
+      item.encoded.reset();
+      rethrow_keyed(item.key);
+    }
+    item.encoded.reset();
+  }
+  detail::RuntimeAccess::engine(rt).scheduler.counters().caller_reads.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
 }  // namespace zarrcoro

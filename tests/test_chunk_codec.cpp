@@ -581,6 +581,55 @@ TEST_CASE("the store forms: read and decode into place, encode and store, on a f
   }
 }
 
+TEST_CASE("read_now: a few plain chunks a store holds at once are placed on the calling thread", "[chunk_codec]") {
+  Runtime rt(RuntimeOptions{.codec_threads = 2});
+  auto store = std::make_shared<MemoryStore>();
+  const std::vector<std::uint64_t> shape{8, 10}, cs{4, 5};
+  Array a = Array::create_blocking(rt, store, "", make_meta(shape, cs, DataTypeKind::int32, kChains[1]));
+  auto data = iota_vec(80);
+  a.write_blocking(Region{{0, 0}, {4, 10}}, std::as_bytes(std::span(data).first(40)));  // chunks (0, 0) and (0, 1)
+  const ChunkCodec codec = ChunkCodec::from_metadata(a.metadata());
+  std::vector<std::int32_t> out(40, -5);
+  auto item = [&](const char* key, std::size_t at) {
+    ChunkDecode d;
+    d.key = key;
+    d.out = reinterpret_cast<std::byte*>(out.data() + at);
+    return d;
+  };
+
+  SECTION("a stored chunk and a missing one: placed, with found, and no pool submission") {
+    std::vector<ChunkDecode> items{item("c/0/1", 0), item("c/1/0", 20)};
+    rt.reset_stats();
+    REQUIRE(codec.read_now(rt, *store, items));
+    for (std::size_t k = 0; k < 20; ++k) CHECK(out[k] == static_cast<std::int32_t>(10 * (k / 5) + 5 + k % 5 + 1));
+    for (std::size_t k = 20; k < 40; ++k) CHECK(out[k] == 0);
+    CHECK(items[0].found);
+    CHECK_FALSE(items[1].found);
+    CHECK_FALSE(items[0].encoded);
+    CHECK(rt.stats().pool_submissions == 0);
+    CHECK(rt.stats().caller_reads == 1);
+  }
+  SECTION("more than 4 items, or a codec with work to do: nothing done, nothing written") {
+    std::vector<ChunkDecode> five{item("c/0/0", 0), item("c/0/1", 0), item("c/1/0", 0), item("c/1/1", 0),
+                                  item("c/0/0", 20)};
+    CHECK_FALSE(codec.read_now(rt, *store, five));
+    const ChunkCodec zstd = ChunkCodec::from_codecs(json::parse(kZstd), DataTypeKind::int32, cs);
+    std::vector<ChunkDecode> one{item("c/0/0", 0)};
+    CHECK_FALSE(zstd.read_now(rt, *store, one));
+    CHECK(out == std::vector<std::int32_t>(40, -5));
+  }
+  SECTION("a stored value of the wrong size: CorruptChunk naming its key") {
+    store->async_set("c/1/1", Bytes(3, std::byte{1}), asio::use_future).get();
+    std::vector<ChunkDecode> items{item("c/1/1", 0)};
+    try {
+      codec.read_now(rt, *store, items);
+      FAIL("no error");
+    } catch (const CorruptChunk& e) {
+      CHECK(e.key() == "c/1/1");
+    }
+  }
+}
+
 TEST_CASE("a store error the I/O thread completes a read with is freed by its catcher, not behind it "
           "(was: freed by the I/O thread's catch block, a ThreadSanitizer race)",
           "[chunk_codec][regression]") {

@@ -322,6 +322,25 @@ void register_pipeline(nb::module_& m, PipelineHooks h) {
           },
           "store"_a, "items"_a, "loop"_a, "future"_a)
       .def(
+          "read_now",
+          // read's work on this thread where it needs no wait and no codec work (ChunkCodec::read_now): a list
+          // of bool as read completes with, or None when it did not apply (nothing written: call read)
+          [](PyChunkCodec& self, PyChunkStore& store, nb::list items) -> nb::object {
+            zarrcoro::Runtime& rt = hooks.runtime(store.runtime);
+            Views views;
+            auto batch = decode_items(self.codec, items, false, views);
+            bool done = false;
+            {
+              nb::gil_scoped_release release;
+              done = self.codec.read_now(rt, *store.store, *batch);
+            }
+            if (!done) return nb::none();
+            nb::list found;
+            for (const auto& d : *batch) found.append(nb::bool_(d.found));
+            return nb::object(found);
+          },
+          "store"_a, "items"_a)
+      .def(
           "write",
           // items as encode (their existing bytes unused): stored under their keys in `store`
           [](PyChunkCodec& self, PyChunkStore& store, nb::list items, nb::object loop, nb::object future) {

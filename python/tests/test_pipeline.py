@@ -183,6 +183,30 @@ def test_one_pool_submission_per_batch(tmp_path):
             assert rt.stats()["pool_submissions"] - before["pool_submissions"] == 4
 
 
+def test_a_few_page_cached_plain_chunks_are_read_at_once(tmp_path):
+    """A LocalStore read of up to 4 chunks with nothing to decode, whose files
+    the kernel has cached: read on the calling thread (ChunkCodec.read_now),
+    with no completion through the loop and no pool submission."""
+    expected = data()
+    with zarr.config.set(OURS):
+        z = make(tmp_path / "a.zarr", compressors=None)
+        z[:] = expected
+        p = engine_pipeline(z)
+        store = p._engine_store([(z.store_path / "c/0/0", None)])
+        probe = np.empty((4, 5), dtype="float32")
+        if p._native.read_now(store, [("c/0/0", None, probe, 0, list(probe.strides), ([], [], []))]) is None:
+            pytest.skip("the file store cannot read at once here (no openat2 RESOLVE_CACHED)")
+        rt = zarrcoro.default_runtime()
+        before = rt.stats()
+        np.testing.assert_array_equal(z[1:7, 2:9], expected[1:7, 2:9])  # 4 chunks
+        np.testing.assert_array_equal(z[12, 16], expected[12, 16])
+        after = rt.stats()
+        assert after["caller_reads"] - before["caller_reads"] == 2
+        assert after["pool_submissions"] == before["pool_submissions"]
+        np.testing.assert_array_equal(z[0:9, 0:11], expected[0:9, 0:11])  # 9 chunks: through the I/O thread
+        assert rt.stats()["caller_reads"] == after["caller_reads"]
+
+
 def test_concurrent_async_reads(tmp_path):
     expected = data()
     with zarr.config.set(OURS):

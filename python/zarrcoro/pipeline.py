@@ -15,6 +15,9 @@ thread, the GIL released while the engine works. The chunks of a
 ``LocalStore`` are read and written by the engine itself, on the store's
 root; other stores' bytes are moved by zarr-python (awaited together; a
 MemoryStore's in a plain loop) and only the codec work goes to the engine.
+A LocalStore read of up to 4 chunks with nothing to decode, page-cached, is
+read at once on the calling thread (``ChunkCodec.read_now``), with no
+completion through the loop.
 Decoded chunks land in zarr-python's output array in place, written by the
 engine through the array's strides, for selections of slices and integers;
 other selections (orthogonal, vectorized) decode into a chunk-sized array
@@ -645,8 +648,12 @@ class CodecPipeline(_ZarrCodecPipeline):
             present = [e is not None for e in encoded]
         else:
             present = [False] * len(batch)
-            found = await _all(*(self._run_store(native, "read", store, items)
-                                           for native, items, _ in groups.values()))
+            # A few small page-cached chunks with nothing to decode: read at once here, with no completion
+            # through the loop (ChunkCodec::read_now), else by the engine's I/O thread.
+            found = [native.read_now(store, items) for native, items, _ in groups.values()] if len(batch) <= 4 else [None]
+            if any(f is None for f in found):
+                found = await _all(*(self._run_store(native, "read", store, items)
+                                     for native, items, _ in groups.values()))
             for (_, _, where), flags in zip(groups.values(), found, strict=True):
                 for k, f in zip(where, flags, strict=True):
                     present[k] = f

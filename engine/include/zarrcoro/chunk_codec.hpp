@@ -181,6 +181,16 @@ class ChunkCodec {
                                                                          std::move(store), *this, items);
   }
 
+  // async_read's work on the calling thread, where it needs no wait and no
+  // codec work (RuntimeOptions::caller_reads, as Array's reads): at most 4
+  // items whose decode is a plain copy (is_trivial()), inline_bytes in all,
+  // each value held by `store` at once (a value in memory, a page-cached
+  // file: Store::try_read_now with caches_only). True when done, as
+  // async_read completes; false when it did not apply, having written
+  // nothing (then start async_read). Raises what async_read would complete
+  // with: the store's errors, InvalidArgument for an item, CorruptChunk.
+  bool read_now(Runtime& rt, Store& store, std::span<ChunkDecode> items) const;
+
   // The same, waiting: not from a thread of the runtime's codec pool (that
   // could deadlock: InvalidArgument). Raises what the batch completes with.
   void decode_blocking(Runtime& rt, std::span<ChunkDecode> items) const;
