@@ -857,9 +857,15 @@ bool ChunkCodec::read_now(Runtime& rt, Store& store, std::span<ChunkDecode> item
   const RuntimeOptions& o = rt.options();
   constexpr std::size_t kMaxItems = 4;  // as Array's reads on the caller (engine/caller_read.hpp)
   if (!o.caller_reads || !c.pipeline->is_trivial() || items.empty() || items.size() > kMaxItems ||
-      items.size() * c.chunk_bytes > o.inline_bytes)
+      c.chunk_bytes > o.inline_bytes / items.size())
     return false;
-  check_items(rt, c, items);
+  std::vector<Box> boxes;
+  boxes.reserve(items.size());
+  for (const ChunkDecode& item : items) {
+    check_size(rt, c, item.key);
+    boxes.push_back(resolve(c, item.box, item.out_strides, item.key));
+    check_memory(item, boxes.back());
+  }
   ReadOptions options = whole_value(c);
   options.caches_only = true;  // the calling thread never waits for a device
   std::vector<std::optional<Bytes>> values(items.size());
@@ -873,7 +879,7 @@ bool ChunkCodec::read_now(Runtime& rt, Store& store, std::span<ChunkDecode> item
     item.found = values[i].has_value();
     item.encoded = values[i] ? std::optional<ByteSpan>(ByteSpan(*values[i])) : std::nullopt;
     try {
-      decode_one(c, item, resolve(c, item.box, item.out_strides, item.key));
+      decode_one(c, item, boxes[i]);
     } catch (...) {
       item.encoded.reset();
       rethrow_keyed(item.key);

@@ -581,9 +581,21 @@ TEST_CASE("the store forms: read and decode into place, encode and store, on a f
   }
 }
 
+// A MemoryStore that does not answer `declined` at once, and notes whether
+// every read at once asked for the caches alone.
+struct DecliningStore final : MemoryStore {
+  std::string declined;
+  bool caches_only = true;
+  std::optional<ReadResult> try_read_now(const std::string& key, const ReadOptions& options) override {
+    caches_only = caches_only && options.caches_only;
+    if (key == declined) return std::nullopt;
+    return MemoryStore::try_read_now(key, options);
+  }
+};
+
 TEST_CASE("read_now: a few plain chunks a store holds at once are placed on the calling thread", "[chunk_codec]") {
   Runtime rt(RuntimeOptions{.codec_threads = 2});
-  auto store = std::make_shared<MemoryStore>();
+  auto store = std::make_shared<DecliningStore>();
   const std::vector<std::uint64_t> shape{8, 10}, cs{4, 5};
   Array a = Array::create_blocking(rt, store, "", make_meta(shape, cs, DataTypeKind::int32, kChains[1]));
   auto data = iota_vec(80);
@@ -608,6 +620,14 @@ TEST_CASE("read_now: a few plain chunks a store holds at once are placed on the 
     CHECK_FALSE(items[0].encoded);
     CHECK(rt.stats().pool_submissions == 0);
     CHECK(rt.stats().caller_reads == 1);
+    CHECK(store->caches_only);
+  }
+  SECTION("a value the store cannot give at once: false, and nothing written, not even the values it gave") {
+    store->declined = "c/1/0";
+    std::vector<ChunkDecode> items{item("c/0/0", 0), item("c/1/0", 20)};
+    CHECK_FALSE(codec.read_now(rt, *store, items));
+    CHECK(out == std::vector<std::int32_t>(40, -5));
+    CHECK_FALSE(items[0].found);
   }
   SECTION("more than 4 items, or a codec with work to do: nothing done, nothing written") {
     std::vector<ChunkDecode> five{item("c/0/0", 0), item("c/0/1", 0), item("c/1/0", 0), item("c/1/1", 0),
@@ -616,7 +636,20 @@ TEST_CASE("read_now: a few plain chunks a store holds at once are placed on the 
     const ChunkCodec zstd = ChunkCodec::from_codecs(json::parse(kZstd), DataTypeKind::int32, cs);
     std::vector<ChunkDecode> one{item("c/0/0", 0)};
     CHECK_FALSE(zstd.read_now(rt, *store, one));
+    Runtime off(RuntimeOptions{.codec_threads = 1, .caller_reads = false});
+    CHECK_FALSE(codec.read_now(off, *store, one));
     CHECK(out == std::vector<std::int32_t>(40, -5));
+  }
+  SECTION("an item with nowhere to go: InvalidArgument naming it, as async_read") {
+    std::vector<ChunkDecode> items{item("c/0/0", 0)};
+    items[0].out = nullptr;
+    try {
+      codec.read_now(rt, *store, items);
+      FAIL("no error");
+    } catch (const InvalidArgument& e) {
+      CHECK(e.key() == "c/0/0");
+      CHECK(e.field() == "out");
+    }
   }
   SECTION("a stored value of the wrong size: CorruptChunk naming its key") {
     store->async_set("c/1/1", Bytes(3, std::byte{1}), asio::use_future).get();

@@ -195,7 +195,7 @@ def test_a_few_page_cached_plain_chunks_are_read_at_once(tmp_path):
         store = p._engine_store([(z.store_path / "c/0/0", None)])
         probe = np.empty((4, 5), dtype="float32")
         if p._native.read_now(store, [("c/0/0", None, probe, 0, list(probe.strides), ([], [], []))]) is None:
-            pytest.skip("the file store cannot read at once here (no openat2 RESOLVE_CACHED)")
+            pytest.skip("the file store cannot read at once here (it needs io_uring and openat2 RESOLVE_CACHED)")
         rt = zarrcoro.default_runtime()
         before = rt.stats()
         np.testing.assert_array_equal(z[1:7, 2:9], expected[1:7, 2:9])  # 4 chunks

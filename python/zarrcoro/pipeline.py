@@ -649,11 +649,14 @@ class CodecPipeline(_ZarrCodecPipeline):
         else:
             present = [False] * len(batch)
             # A few small page-cached chunks with nothing to decode: read at once here, with no completion
-            # through the loop (ChunkCodec::read_now), else by the engine's I/O thread.
-            found = [native.read_now(store, items) for native, items, _ in groups.values()] if len(batch) <= 4 else [None]
-            if any(f is None for f in found):
-                found = await _all(*(self._run_store(native, "read", store, items)
-                                     for native, items, _ in groups.values()))
+            # through the loop (ChunkCodec::read_now); the rest by the engine's I/O thread.
+            found = [native.read_now(store, items) if len(batch) <= 4 else None for native, items, _ in groups.values()]
+            later = [k for k, f in enumerate(found) if f is None]
+            if later:
+                group_list = list(groups.values())
+                flags = await _all(*(self._run_store(group_list[k][0], "read", store, group_list[k][1]) for k in later))
+                for k, f in zip(later, flags, strict=True):
+                    found[k] = f
             for (_, _, where), flags in zip(groups.values(), found, strict=True):
                 for k, f in zip(where, flags, strict=True):
                     present[k] = f

@@ -26,7 +26,8 @@
 // until it completes. Two batches in flight may not write the same bytes.
 //
 // Scheduling: every item of a batch runs on the codec pool (never on an I/O
-// thread, nor on the calling thread), one pool submission per batch
+// thread, nor on the calling thread: read_now is the one exception, for
+// plain copies that need no wait), one pool submission per batch
 // (RuntimeStats::pool_submissions), fanned out over up to codec_threads()
 // threads (fanout_posts). The batch completes on the pool thread that ends
 // its last item, through the handler's associated executor (default: the
@@ -185,10 +186,12 @@ class ChunkCodec {
   // codec work (RuntimeOptions::caller_reads, as Array's reads): at most 4
   // items whose decode is a plain copy (is_trivial()), inline_bytes in all,
   // each value held by `store` at once (a value in memory, a page-cached
-  // file: Store::try_read_now with caches_only). True when done, as
-  // async_read completes; false when it did not apply, having written
-  // nothing (then start async_read). Raises what async_read would complete
-  // with: the store's errors, InvalidArgument for an item, CorruptChunk.
+  // file: Store::try_read_now with caches_only; the file store needs
+  // io_uring and openat2). True when done, as async_read completes; false
+  // when it did not apply, having written nothing (then start async_read).
+  // Raises what async_read would complete with: the store's errors,
+  // InvalidArgument for an item, CorruptChunk (then the items' `found` and
+  // the boxes' contents are unspecified).
   bool read_now(Runtime& rt, Store& store, std::span<ChunkDecode> items) const;
 
   // The same, waiting: not from a thread of the runtime's codec pool (that
