@@ -295,6 +295,9 @@ bool expected_too_large(const ReadOptions& options) {
 std::optional<ReadResult> FilesystemStore::try_read_now(const std::string& key, const ReadOptions& options) {
   check_key(key);
   if (!uses_io_uring() || expected_too_large(options)) return std::nullopt;
+  // Where RWF_NOWAIT is refused (NFS, FUSE) no read is sure not to wait, and
+  // the open and fstat before it may ask a server: decline before them.
+  if (options.caches_only && !nowait_reads_.load(std::memory_order_relaxed)) return std::nullopt;
   if (options.range.kind == ByteRange::Kind::full) {
     const std::size_t most = options.into.empty() ? options.size_hint : options.into.size();
     if (most > 0 && !options.need_generation && options.if_equal.unknown() &&

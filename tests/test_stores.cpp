@@ -1342,6 +1342,35 @@ TEST_CASE("FilesystemStore on a kernel without RESOLVE_CACHED: a read that must 
   if (status) CHECK(*status == 0);
 }
 
+TEST_CASE("FilesystemStore where RWF_NOWAIT is refused: a read that must not wait declines before it opens",
+          "[stores][filesystem][regression]") {
+  // NFS and FUSE refuse preadv2(RWF_NOWAIT) (EOPNOTSUPP). No read there is
+  // sure not to wait, and the open and fstat before it may ask a server:
+  // a read that must not wait (the caller's thread, zarr-python's event
+  // loop) used to make them and then decline.
+  test::TempDir tmp("stores");
+  spit(tmp.path / "c" / "0", "value");
+  const auto status = in_child([&] {
+    boost::asio::io_context io;
+    FilesystemStore store(io.get_executor(), tmp.path, kUring);
+    if (!store.uses_io_uring()) return 19;
+    if (!refuse_syscalls({__NR_preadv2}, EOPNOTSUPP)) return kChildSkipped;
+    ReadOptions o;
+    o.caches_only = true;
+    o.need_generation = false;
+    o.size_hint = 100;
+    if (store.try_read_now("c/0", o)) return 20;  // the refusal: the store learns it
+    if (!refuse_syscalls({__NR_openat2, __NR_openat, __NR_newfstatat, __NR_fstat, __NR_statx})) return kChildSkipped;
+    try {
+      if (store.try_read_now("c/0", o)) return 21;
+    } catch (const Error&) {
+      return 30;  // it opened (refused here) before declining
+    }
+    return 0;
+  });
+  if (status) CHECK(*status == 0);
+}
+
 TEST_CASE("FilesystemStore on tmpfs answers small reads at once (tmpfs refuses RWF_NOWAIT, which sent every read the long way)",
           "[stores][filesystem][regression]") {
   struct statfs shm {};
