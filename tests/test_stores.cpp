@@ -77,6 +77,15 @@ int other_threads() {
   return n;
 }
 
+// A whole read of a small value that must not wait, as a caller's thread makes it.
+ReadOptions must_not_wait() {
+  ReadOptions o;
+  o.caches_only = true;
+  o.need_generation = false;
+  o.size_hint = 100;
+  return o;
+}
+
 // Makes each system call in `refused` fail with `error` on every thread of
 // this process, for good (a seccomp filter cannot be removed): call it only
 // in the body of in_child. False where no filter can be installed here.
@@ -1313,26 +1322,30 @@ TEST_CASE("FilesystemStore: a whole read at once of a key beneath another mount 
   if (status) CHECK(*status == 0);
 }
 
+// in_child of `body` on a FilesystemStore with io_uring over a fresh root
+// holding "c/0"; 19 where this machine has no io_uring.
+std::optional<int> in_child_with_store(const std::function<int(FilesystemStore&)>& body) {
+  test::TempDir tmp("stores");
+  spit(tmp.path / "c" / "0", "value");
+  return in_child([&] {
+    boost::asio::io_context io;
+    FilesystemStore store(io.get_executor(), tmp.path, kUring);
+    if (!store.uses_io_uring()) return 19;
+    return body(store);
+  });
+}
+
 TEST_CASE("FilesystemStore on a kernel without RESOLVE_CACHED: a read that must not wait declines and never opens",
           "[stores][filesystem][regression]") {
   // Linux 5.6-5.11 has openat2 but refuses RESOLVE_CACHED (EINVAL). The
   // store then knows no open that cannot wait: it used to open without the
   // flag after the first refusal, on a thread that must not wait.
-  test::TempDir tmp("stores");
-  spit(tmp.path / "c" / "0", "value");
-  const auto status = in_child([&] {
-    boost::asio::io_context io;
-    FilesystemStore store(io.get_executor(), tmp.path, kUring);
-    if (!store.uses_io_uring()) return 19;
+  const auto status = in_child_with_store([](FilesystemStore& store) {
     // Every openat2 refused as 5.6-5.11 refuses one with RESOLVE_CACHED.
     if (!refuse_syscalls({__NR_openat2}, EINVAL)) return kChildSkipped;
-    ReadOptions o;
-    o.caches_only = true;
-    o.need_generation = false;
-    o.size_hint = 100;
     for (int round = 0; round < 2; ++round) {  // the first refusal, then what the store learnt from it
       try {
-        if (store.try_read_now("c/0", o)) return 20 + round;
+        if (store.try_read_now("c/0", must_not_wait())) return 20 + round;
       } catch (const Error&) {
         return 30 + round;  // it opened without RESOLVE_CACHED (refused here too) and failed
       }
@@ -1348,21 +1361,12 @@ TEST_CASE("FilesystemStore where RWF_NOWAIT is refused: a read that must not wai
   // sure not to wait, and the open and fstat before it may ask a server:
   // a read that must not wait (the caller's thread, zarr-python's event
   // loop) used to make them and then decline.
-  test::TempDir tmp("stores");
-  spit(tmp.path / "c" / "0", "value");
-  const auto status = in_child([&] {
-    boost::asio::io_context io;
-    FilesystemStore store(io.get_executor(), tmp.path, kUring);
-    if (!store.uses_io_uring()) return 19;
+  const auto status = in_child_with_store([](FilesystemStore& store) {
     if (!refuse_syscalls({__NR_preadv2}, EOPNOTSUPP)) return kChildSkipped;
-    ReadOptions o;
-    o.caches_only = true;
-    o.need_generation = false;
-    o.size_hint = 100;
-    if (store.try_read_now("c/0", o)) return 20;  // the refusal: the store learns it
+    if (store.try_read_now("c/0", must_not_wait())) return 20;  // the refusal: the store learns it
     if (!refuse_syscalls({__NR_openat2, __NR_openat, __NR_newfstatat, __NR_fstat, __NR_statx})) return kChildSkipped;
     try {
-      if (store.try_read_now("c/0", o)) return 21;
+      if (store.try_read_now("c/0", must_not_wait())) return 21;
     } catch (const Error&) {
       return 30;  // it opened (refused here) before declining
     }
