@@ -22,6 +22,7 @@
 #include "codecs/sharding.hpp"
 #include "core/caught.hpp"
 #include "core/checked.hpp"
+#include "engine/caller_read.hpp"
 #include "engine/engine_state.hpp"
 #include "engine/node.hpp"
 #include "engine/runtime_access.hpp"
@@ -855,8 +856,7 @@ void start_write(Runtime& rt, std::shared_ptr<Store> store, const ChunkCodec& co
 bool ChunkCodec::read_now(Runtime& rt, Store& store, std::span<ChunkDecode> items) const {
   const Impl& c = *impl_;
   const RuntimeOptions& o = rt.options();
-  constexpr std::size_t kMaxItems = 4;  // as Array's reads on the caller (engine/caller_read.hpp)
-  if (!o.caller_reads || !c.pipeline->is_trivial() || items.empty() || items.size() > kMaxItems ||
+  if (!o.caller_reads || !c.pipeline->is_trivial() || items.empty() || items.size() > detail::kCallerReadChunks ||
       c.chunk_bytes > o.inline_bytes / items.size())
     return false;
   std::vector<Box> boxes;

@@ -79,6 +79,9 @@ __all__ = ["CodecPipeline"]
 logger = logging.getLogger("zarrcoro.pipeline")
 
 _DEFAULT_BATCH = 64
+# The most chunks ChunkCodec.read_now takes (engine/caller_read.hpp, kCallerReadChunks): larger batches skip it
+# rather than hand it their items for nothing.
+_AT_ONCE_CHUNKS = 4
 # A read of part of a LocalStore shard up to this size (decoded) reads the whole file in the engine, rather than
 # its index and inner chunks by byte ranges through zarr-python's sharding codec: a page-cached MiB costs less
 # than zarr-python's own work per shard.
@@ -650,7 +653,8 @@ class CodecPipeline(_ZarrCodecPipeline):
             present = [False] * len(batch)
             # A few small page-cached chunks with nothing to decode: read at once here, with no completion
             # through the loop (ChunkCodec::read_now); the rest by the engine's I/O thread.
-            found = [native.read_now(store, items) if len(batch) <= 4 else None for native, items, _ in groups.values()]
+            found = [native.read_now(store, items) if len(items) <= _AT_ONCE_CHUNKS else None
+                     for native, items, _ in groups.values()]
             later = [k for k, f in enumerate(found) if f is None]
             if later:
                 group_list = list(groups.values())
