@@ -174,10 +174,44 @@ void ShardingCodec::encode_empty(Bytes& out) const {
   index_->encode(std::as_bytes(std::span(entries)), out);
 }
 
+ShardingCodec::Layout ShardingCodec::layout(InnerOrder order, bool keep_empty) const {
+  Layout out;
+  out.keep_empty = keep_empty;
+  if (order == InnerOrder::lexicographic) return out;
+  const std::size_t r = per_shard_.size();
+  // Per dimension, the bits of a coordinate (0 for a single inner chunk).
+  std::vector<unsigned> bits(r, 0);
+  unsigned total = 0;
+  for (std::size_t d = 0; d < r; ++d) {
+    for (std::uint64_t v = per_shard_[d] - 1; v; v >>= 1) ++bits[d];
+    total += bits[d];
+  }
+  if (order == InnerOrder::morton && total > 64)
+    throw InvalidArgument("", "layout", "Morton order needs " + std::to_string(total) + " bits, more than 64");
+  std::vector<std::pair<std::uint64_t, std::size_t>> keyed;  // (sort key, C-order number)
+  keyed.reserve(num_inner_);
+  for_each_inner(per_shard_, [&](std::span<const std::uint64_t> c, std::size_t i) {
+    std::uint64_t key = 0;
+    if (order == InnerOrder::colexicographic) {
+      for (std::size_t d = r; d-- > 0;) key = key * per_shard_[d] + c[d];
+    } else {
+      unsigned out_bit = 0;
+      for (unsigned b = 0; out_bit < total; ++b)
+        for (std::size_t d = 0; d < r; ++d)
+          if (b < bits[d]) key |= ((c[d] >> b) & 1) << out_bit++;
+    }
+    keyed.emplace_back(key, i);
+  });
+  std::sort(keyed.begin(), keyed.end());
+  out.order.reserve(num_inner_);
+  for (const auto& k : keyed) out.order.push_back(k.second);
+  return out;
+}
+
 bool ShardingCodec::update(const ArraySpec& spec, std::optional<ByteSpan> existing, const std::byte* src,
                            std::span<const std::uint64_t> src_shape, std::span<const std::uint64_t> src_start,
                            std::span<const std::uint64_t> shard_start, std::span<const std::uint64_t> box,
-                           Bytes& out) const {
+                           Bytes& out, const Layout* layout) const {
   const std::size_t r = chunk_shape_.size(), es = spec.dtype.size();
   Index old;
   if (existing) old = shard_index(*existing);
@@ -236,7 +270,8 @@ bool ShardingCodec::update(const ArraySpec& spec, std::optional<ByteSpan> existi
   Bytes encoded, chunk_buf(direct ? 0 : inner_bytes);
   std::vector<std::uint64_t> lo(r), hi(r), in_chunk(r), in_src(r), ext(r);
   bool any = false;
-  for_each_inner(per_shard_, [&](std::span<const std::uint64_t> c, std::size_t i) {
+  const bool keep_empty = layout && layout->keep_empty;
+  auto store_inner = [&](std::span<const std::uint64_t> c, std::size_t i) {
     // The part of the box inside this inner chunk, if any.
     bool touched = true, whole = true;
     for (std::size_t d = 0; d < r; ++d) {
@@ -265,7 +300,7 @@ bool ShardingCodec::update(const ArraySpec& spec, std::optional<ByteSpan> existi
         ext[d] = hi[d] - lo[d];
       }
       copy_box(src, src_shape, in_src, chunk.data(), chunk_shape_, in_chunk, ext, es);
-      if (is_fill(chunk)) {  // an empty inner chunk is not stored
+      if (!keep_empty && is_fill(chunk)) {  // an empty inner chunk is not stored
         shard.resize(at);
         return;
       }
@@ -277,7 +312,16 @@ bool ShardingCodec::update(const ArraySpec& spec, std::optional<ByteSpan> existi
     entries[2 * i] = at;
     entries[2 * i + 1] = shard.size() - at;
     any = true;
-  });
+  };
+  if (!layout || layout->order.empty()) {
+    for_each_inner(per_shard_, store_inner);
+  } else {
+    std::vector<std::uint64_t> c(r);
+    for (const std::size_t i : layout->order) {
+      for (std::size_t d = r, n = i; d-- > 0; n /= per_shard_[d]) c[d] = n % per_shard_[d];
+      store_inner(c, i);
+    }
+  }
   out.clear();
   if (!any) return false;
   Bytes index;

@@ -72,16 +72,30 @@ class ShardingCodec final : public ArrayToBytesCodec {
   // decode_index, and for a shard shorter than its index.
   Index shard_index(ByteSpan shard) const;
 
+  // How update() lays out a shard: the order its inner chunks are stored
+  // in, and whether those all fill_value are stored. Any layout reads the
+  // same through the index, so none is part of the metadata (zarr-python
+  // sets them per write: subchunk_write_order, write_empty_chunks).
+  enum class InnerOrder { lexicographic, colexicographic, morton };
+  struct Layout {
+    std::vector<std::size_t> order;  // inner chunk numbers (C order) as stored; empty: C order
+    bool keep_empty = false;
+  };
+  // `order` over this codec's inner chunks. morton: zarr-python's order,
+  // ascending compressed Morton code (per bit round, dimension 0 lowest).
+  Layout layout(InnerOrder order, bool keep_empty) const;
+
   // Encodes a shard equal to `existing` (nullopt: all fill) with the box
   // `box` at `shard_start` overwritten from `src` (C order, shape
   // `src_shape`, box starting at `src_start`). Inner chunks the box does not
   // touch keep their encoded bytes; touched ones that end up all fill_value
-  // are dropped. Returns false (and leaves `out` empty) if no inner chunk
-  // remains, i.e. the shard should not be stored.
+  // are dropped (unless layout->keep_empty). Inner chunks are stored in
+  // layout->order (default: C order). Returns false (and leaves `out`
+  // empty) if no inner chunk remains, i.e. the shard should not be stored.
   bool update(const ArraySpec& spec, std::optional<ByteSpan> existing, const std::byte* src,
               std::span<const std::uint64_t> src_shape, std::span<const std::uint64_t> src_start,
-              std::span<const std::uint64_t> shard_start, std::span<const std::uint64_t> box,
-              Bytes& out) const;
+              std::span<const std::uint64_t> shard_start, std::span<const std::uint64_t> box, Bytes& out,
+              const Layout* layout = nullptr) const;
   // A shard of only missing inner chunks (its index alone): what reads as
   // all fill_value where a shard cannot be erased.
   void encode_empty(Bytes& out) const;

@@ -39,6 +39,7 @@ struct ChunkCodec::Impl {
   std::uint64_t chunk_bytes = 0;
   std::vector<std::int64_t> c_strides;  // bytes, of a decoded chunk (C order)
   const codecs::ShardingCodec* shard = nullptr;  // the whole pipeline, when it is sharding_indexed alone
+  codecs::ShardingCodec::Layout layout;          // how `shard` encodes
 };
 
 namespace {
@@ -419,7 +420,50 @@ void decode_one(const ChunkCodec::Impl& c, const ChunkDecode& item, const Box& b
   strided_copy(chunk + box.chunk_offset, box.chunk_strides, item.out, box.user_strides, box.count, es);
 }
 
+// A shard, encoded in the codec's layout. A box of unit steps merges by
+// ShardingCodec::update, which keeps the encoded bytes of the inner chunks
+// the box does not touch; a strided one merges into the decoded shard.
+void encode_shard(const ChunkCodec::Impl& c, const codecs::ShardingCodec& sc, ChunkEncode& item, const Box& box) {
+  const std::size_t rank = c.shape.size(), es = c.dtype.size();
+  const codecs::ArraySpec spec{c.dtype, c.shape, c.fill};
+  const std::vector<std::uint64_t> zero(rank, 0);
+  const std::optional<ByteSpan> existing = !box.whole && item.keep_rest ? item.existing : std::nullopt;
+  bool unit_steps = true;
+  for (std::size_t d = 0; d < item.box.step.size(); ++d) unit_steps = unit_steps && (item.box.step[d] == 1 || box.count[d] <= 1);
+  Bytes out;
+  bool stored;
+  if (box.user_contiguous) {
+    stored = sc.update(spec, std::nullopt, item.value, c.shape, zero, zero, c.shape, out, &c.layout);
+  } else if (unit_steps) {  // the new values gathered C-contiguous, merged by update
+    std::vector<std::int64_t> strides(rank);
+    std::int64_t stride = static_cast<std::int64_t>(es);
+    for (std::size_t d = rank; d-- > 0; stride *= static_cast<std::int64_t>(box.count[d])) strides[d] = stride;
+    std::byte* s = scratch(box.elements * es);
+    strided_copy(item.value, box.user_strides, s, strides, box.count, es);
+    const std::vector<std::uint64_t>& start = item.box.start.empty() ? zero : item.box.start;
+    stored = sc.update(spec, existing, s, box.count, zero, start, box.count, out, &c.layout);
+  } else {
+    std::byte* s = scratch(c.chunk_bytes);
+    if (existing) c.pipeline->decode(*existing, MutableByteSpan(s, c.chunk_bytes));
+    else strided_copy(c.fill.data(), std::vector<std::int64_t>(rank, 0), s, c.c_strides, c.shape, es);
+    strided_copy(item.value, box.user_strides, s + box.chunk_offset, box.chunk_strides, box.count, es);
+    stored = sc.update(spec, std::nullopt, s, c.shape, zero, zero, c.shape, out, &c.layout);
+  }
+  if (!stored) {  // no inner chunk left
+    if (item.drop_if_fill) {
+      item.encoded.reset();
+      return;
+    }
+    sc.encode_empty(out);
+  }
+  item.encoded = std::move(out);
+}
+
 void encode_one(const ChunkCodec::Impl& c, ChunkEncode& item, const Box& box) {
+  if (c.shard) {
+    encode_shard(c, *c.shard, item, box);
+    return;
+  }
   const std::size_t es = c.dtype.size();
   const std::byte* chunk;
   if (box.user_contiguous) {
@@ -558,6 +602,18 @@ ChunkCodec ChunkCodec::from_metadata(const ArrayMetadata& metadata, const std::s
 ChunkCodec ChunkCodec::from_codecs(const nlohmann::json& codecs, DataType dtype, std::vector<std::uint64_t> chunk_shape,
                                    FillValue fill, const std::string& key) {
   return ChunkCodec(prepare(codecs, dtype, std::move(chunk_shape), std::move(fill), key, "chunk_shape"));
+}
+
+ChunkCodec ChunkCodec::with_shard_layout(ShardLayout layout) const {
+  if (!impl_->shard)
+    throw InvalidArgument("", "layout", "a shard layout for " + describe() + ", which is not sharding_indexed alone");
+  using Order = codecs::ShardingCodec::InnerOrder;
+  const Order order = layout.order == ShardLayout::Order::morton            ? Order::morton
+                      : layout.order == ShardLayout::Order::colexicographic ? Order::colexicographic
+                                                                            : Order::lexicographic;
+  auto impl = std::make_shared<Impl>(*impl_);
+  impl->layout = impl_->shard->layout(order, layout.keep_empty);
+  return ChunkCodec(std::move(impl));
 }
 
 const std::vector<std::uint64_t>& ChunkCodec::chunk_shape() const { return impl_->shape; }

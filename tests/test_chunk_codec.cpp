@@ -1,11 +1,13 @@
 // ChunkCodec (chunk_codec.hpp): batches of chunks decoded and encoded with an
 // array's codec pipeline on the codec pool, one submission per batch.
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <future>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <thread>
 
@@ -346,6 +348,149 @@ TEST_CASE("a partial encode merges into the stored chunk or the fill value", "[c
   codec.decode_blocking(rt, d);
   CHECK(a == std::vector<std::int32_t>{0, 100, 2, 3, 100, 5, 6, 100, 8});
   CHECK(b == std::vector<std::int32_t>{-7, 100, -7, -7, 100, -7, -7, 100, -7});
+}
+
+namespace {
+
+// A 6 x 4 int32 shard of 2 x 2 inner chunks (3 x 2 of them, C-order numbers
+// 0-5); the index (bytes, crc32c) at the end.
+ChunkCodec six_inner_chunks(const char* inner) {
+  return ChunkCodec::from_codecs(json::parse(std::string(R"([{"name":"sharding_indexed","configuration":{)"
+                                                         R"("chunk_shape":[2,2],"codecs":)") +
+                                             inner + "}}]"),
+                                 DataTypeKind::int32, {6, 4});
+}
+
+// The stored inner chunks of shard `s` of six_inner_chunks: (offset, nbytes) by C-order number, missing ones absent.
+std::map<int, std::pair<std::uint64_t, std::uint64_t>> inner_chunks_of(const Bytes& s) {
+  REQUIRE(s.size() >= 6 * 16 + 4);
+  std::map<int, std::pair<std::uint64_t, std::uint64_t>> out;
+  for (int i = 0; i < 6; ++i) {
+    std::uint64_t offset = 0, nbytes = 0;
+    std::memcpy(&offset, s.data() + s.size() - 4 - 6 * 16 + 16 * i, 8);
+    std::memcpy(&nbytes, s.data() + s.size() - 4 - 6 * 16 + 16 * i + 8, 8);
+    if (offset != ~std::uint64_t{0}) out[i] = {offset, nbytes};
+  }
+  return out;
+}
+
+// The C-order numbers of the stored inner chunks, in the order they are stored.
+std::vector<int> stored_order(const Bytes& s) {
+  std::vector<std::pair<std::uint64_t, int>> by_offset;
+  for (const auto& [i, at] : inner_chunks_of(s)) by_offset.emplace_back(at.first, i);
+  std::sort(by_offset.begin(), by_offset.end());
+  std::vector<int> out;
+  for (const auto& b : by_offset) out.push_back(b.second);
+  return out;
+}
+
+Bytes encode_whole(Runtime& rt, const ChunkCodec& codec, const std::vector<std::int32_t>& values) {
+  std::vector<ChunkEncode> e(1);
+  e[0].value = reinterpret_cast<const std::byte*>(values.data());
+  codec.encode_blocking(rt, e);
+  REQUIRE(e[0].encoded);
+  return *e[0].encoded;
+}
+
+std::vector<std::int32_t> decode_whole(Runtime& rt, const ChunkCodec& codec, const Bytes& encoded) {
+  std::vector<std::int32_t> out(codec.chunk_bytes() / 4, -1);
+  std::vector<ChunkDecode> d(1);
+  d[0].encoded = ByteSpan(encoded);
+  d[0].out = reinterpret_cast<std::byte*>(out.data());
+  codec.decode_blocking(rt, d);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a shard layout stores inner chunks in zarr-python's orders and keeps empty ones on request",
+          "[chunk_codec]") {
+  Runtime rt(RuntimeOptions{.codec_threads = 1});
+  const ChunkCodec codec = six_inner_chunks(R"([{"name":"bytes","configuration":{"endian":"little"}}])");
+  using Order = ShardLayout::Order;
+  const auto values = iota_vec(24);
+  auto order_of = [&](ShardLayout layout, const std::vector<std::int32_t>& v) {
+    const ChunkCodec laid = codec.with_shard_layout(layout);
+    const Bytes s = encode_whole(rt, laid, v);
+    CHECK(decode_whole(rt, laid, s) == v);
+    return stored_order(s);
+  };
+  CHECK(stored_order(encode_whole(rt, codec, values)) == std::vector<int>{0, 1, 2, 3, 4, 5});
+  CHECK(order_of({Order::lexicographic}, values) == std::vector<int>{0, 1, 2, 3, 4, 5});
+  // zarr-python 3.4.2: morton_order_coords((3, 2)) is (0,0) (1,0) (0,1) (1,1) (2,0) (2,1).
+  CHECK(order_of({Order::morton}, values) == std::vector<int>{0, 2, 1, 3, 4, 5});
+  CHECK(order_of({Order::colexicographic}, values) == std::vector<int>{0, 2, 4, 1, 3, 5});
+  // Inner chunk (1, 0), number 2, all fill: not stored, unless keep_empty.
+  auto holed = values;
+  for (std::size_t r = 2; r < 4; ++r)
+    for (std::size_t c = 0; c < 2; ++c) holed[r * 4 + c] = 0;
+  CHECK(order_of({Order::morton}, holed) == std::vector<int>{0, 1, 3, 4, 5});
+  CHECK(order_of({Order::morton, true}, holed) == std::vector<int>{0, 2, 1, 3, 4, 5});
+  CHECK_THROWS_AS(ChunkCodec::from_codecs(json::parse(kZstd), DataTypeKind::int32, {2, 2}).with_shard_layout({}),
+                  InvalidArgument);
+}
+
+TEST_CASE("a partial encode of a shard keeps the bytes of the inner chunks it does not touch", "[chunk_codec]") {
+  Runtime rt(RuntimeOptions{.codec_threads = 1});
+  const ChunkCodec codec =
+      six_inner_chunks(R"([{"name":"bytes","configuration":{"endian":"little"}},{"name":"zstd"}])")
+          .with_shard_layout({ShardLayout::Order::morton});
+  const auto values = iota_vec(24);
+  Bytes before = encode_whole(rt, codec, values);
+  const std::int32_t v = 100;
+  auto merge = [&](ChunkBox box) {
+    std::vector<ChunkEncode> e(1);
+    e[0].existing = ByteSpan(before);
+    e[0].box = std::move(box);
+    e[0].value = reinterpret_cast<const std::byte*>(&v);
+    e[0].value_strides = {0, 0};
+    codec.encode_blocking(rt, e);
+    return e[0].encoded;
+  };
+  auto expect = values;
+  SECTION("a box of unit steps: inner chunks (0, 0) and (1, 0) rewritten, the others neither decoded nor encoded") {
+    // Inner chunk 5, which the box does not touch, made undecodable: its bytes go over as they are.
+    const auto old = inner_chunks_of(before);
+    std::memset(before.data() + old.at(5).first, 0x5a, old.at(5).second);
+    const auto after = merge(ChunkBox{{1, 0}, {1, 1}, {2, 2}});  // rows 1-2, columns 0-1
+    REQUIRE(after);
+    CHECK(stored_order(*after) == std::vector<int>{0, 2, 1, 3, 4, 5});
+    const auto now = inner_chunks_of(*after);
+    for (int i : {1, 3, 4, 5}) {
+      INFO("inner chunk " << i);
+      REQUIRE(old.at(i).second == now.at(i).second);
+      CHECK(std::memcmp(before.data() + old.at(i).first, after->data() + now.at(i).first, old.at(i).second) == 0);
+    }
+    // The rest decodes to the merged values (inner chunk 5 alone is still undecodable).
+    for (std::size_t r = 1; r < 3; ++r)
+      for (std::size_t c = 0; c < 2; ++c) expect[r * 4 + c] = v;
+    std::vector<std::int32_t> top(16, -1);
+    std::vector<ChunkDecode> d(1);
+    d[0].encoded = ByteSpan(*after);
+    d[0].box = ChunkBox{{0, 0}, {1, 1}, {4, 4}};
+    d[0].out = reinterpret_cast<std::byte*>(top.data());
+    codec.decode_blocking(rt, d);
+    CHECK(top == std::vector<std::int32_t>(expect.begin(), expect.begin() + 16));
+  }
+  SECTION("a box with steps") {
+    const auto after = merge(ChunkBox{{0, 1}, {2, 2}, {3, 2}});  // rows 0, 2, 4; columns 1, 3
+    REQUIRE(after);
+    for (std::size_t r : {0, 2, 4})
+      for (std::size_t c : {1, 3}) expect[r * 4 + c] = v;
+    CHECK(decode_whole(rt, codec, *after) == expect);
+    CHECK(stored_order(*after) == std::vector<int>{0, 2, 1, 3, 4, 5});
+  }
+  SECTION("all fill: erased with drop_if_fill, else a shard of its index alone") {
+    std::vector<std::int32_t> zeros(24, 0);
+    std::vector<ChunkEncode> e(2);
+    for (auto& item : e) item.value = reinterpret_cast<const std::byte*>(zeros.data());
+    e[0].drop_if_fill = true;
+    codec.encode_blocking(rt, e);
+    CHECK_FALSE(e[0].encoded);
+    REQUIRE(e[1].encoded);
+    CHECK(e[1].encoded->size() == 6 * 16 + 4);
+    CHECK(decode_whole(rt, codec, *e[1].encoded) == zeros);
+  }
 }
 
 TEST_CASE("drop_if_fill compares as zarr-python does", "[chunk_codec]") {

@@ -269,6 +269,20 @@ void register_pipeline(nb::module_& m, PipelineHooks h) {
       .def_prop_ro("codecs", [](const PyChunkCodec& c) { return c.codec.codecs().dump(); })
       .def("describe", [](const PyChunkCodec& c) { return c.codec.describe(); })
       .def(
+          "with_shard_layout",
+          [](const PyChunkCodec& c, const std::string& order, bool keep_empty) {
+            using Order = zarrcoro::ShardLayout::Order;
+            Order o = Order::lexicographic;  // also zarr-python's "unordered", which promises no order
+            if (order == "morton") o = Order::morton;
+            else if (order == "colexicographic") o = Order::colexicographic;
+            else if (order != "lexicographic" && order != "unordered")
+              throw zarrcoro::InvalidArgument("", "layout", "unknown inner chunk order '" + order + "'");
+            return PyChunkCodec{c.codec.with_shard_layout({o, keep_empty})};
+          },
+          "order"_a, "keep_empty"_a,
+          "This pipeline (sharding_indexed alone), storing a shard's inner chunks in zarr-python's "
+          "subchunk_write_order `order`, and those all fill_value too if keep_empty.")
+      .def(
           "decode",
           // items: (key, encoded or None, out array, offset, strides, box)
           [](PyChunkCodec& self, nb::handle runtime, nb::list items, nb::object loop, nb::object future) {

@@ -126,6 +126,58 @@ def test_parts_of_shards_at_hand_are_read_by_the_engine(kind, tmp_path, monkeypa
         assert bool(calls) == (kind == "local")
 
 
+def _chunk_bytes(store):
+    """{key: bytes} of every chunk (key under c/) of an array at a store's root."""
+    async def snapshot():
+        return {k: (await store.get(k, zarr.core.buffer.default_buffer_prototype())).to_bytes()
+                async for k in store.list_prefix("c/")}
+    return asyncio.run(snapshot())
+
+
+@pytest.mark.parametrize("order", ["morton", "lexicographic", "colexicographic", "unordered"])
+@pytest.mark.parametrize("write_empty", [False, True])
+@pytest.mark.parametrize("kind", ["local", "memory"])
+def test_whole_shards_are_written_by_the_engine_as_zarr_python_lays_them_out(order, write_empty, kind, tmp_path,
+                                                                              monkeypatch):
+    """Shards a write covers whole are encoded by the engine, their inner
+    chunks in the sharding codec's subchunk_write_order, those all fill_value
+    stored only with write_empty_chunks: the bytes zarr-python's own pipeline
+    writes. Parts of shards (the last column of shards here) go through
+    zarr-python's sharding codec."""
+    from zarr.codecs import BytesCodec, ShardingCodec
+
+    partial_encodes = []
+    real = ShardingCodec._encode_partial_single
+
+    async def counted(self, *args, **kwargs):
+        partial_encodes.append(1)
+        return await real(self, *args, **kwargs)
+
+    monkeypatch.setattr(ShardingCodec, "_encode_partial_single", counted)
+    # 2 x 3 shards of 8 x 10, each 4 x 2 inner chunks of 2 x 5 (orders differ); the third column is cut at 25.
+    expected = np.arange(16 * 25, dtype="int32").reshape(16, 25) + 1
+    expected[2:4, 0:5] = 0  # inner chunk (1, 0) of shard (0, 0): all fill
+    expected[8:16, 10:20] = 0  # shard (1, 1): all fill
+
+    def write(config, where):
+        store = zarr.storage.LocalStore(where) if kind == "local" else zarr.storage.MemoryStore()
+        with zarr.config.set(config):
+            z = zarr.create_array(store=store, shape=expected.shape, chunks=(8, 10), dtype="int32", fill_value=0,
+                                  serializer=ShardingCodec(chunk_shape=(2, 5), codecs=[BytesCodec()],
+                                                           subchunk_write_order=order),
+                                  compressors=None, config={"write_empty_chunks": write_empty})
+            z[:] = expected
+            np.testing.assert_array_equal(z[:], expected)
+        return store
+
+    theirs = _chunk_bytes(write(DEFAULT, tmp_path / "theirs.zarr"))
+    partial_encodes.clear()
+    ours = _chunk_bytes(write(OURS, tmp_path / "ours.zarr"))
+    assert len(partial_encodes) == 2  # the two cut shards; before, all six
+    assert ("c/1/1" in ours) == write_empty
+    assert ours == theirs
+
+
 def test_fancy_selections(tmp_path):
     expected = data()
     with zarr.config.set(OURS):

@@ -21,10 +21,13 @@ completion through the loop.
 Decoded chunks land in zarr-python's output array in place, written by the
 engine through the array's strides, for selections of slices and integers;
 other selections (orthogonal, vectorized) decode into a chunk-sized array
-copied by NumPy. Sharded arrays: a whole shard read is decoded by the
-engine; a read of part of a shard and every shard write go through
-zarr-python's sharding codec (its byte-range reads, index and subchunk
-order, on the loop's thread), whose inner chunks come back to this pipeline
+copied by NumPy. Sharded arrays: a whole shard read, and a write that
+covers whole shards, are the engine's; a shard written whole is laid out as
+zarr-python's sharding codec lays it out (its ``subchunk_write_order``,
+inner chunks all fill_value stored only with ``write_empty_chunks``), so
+the bytes are the same. A read or write of part of a shard goes through
+zarr-python's sharding codec (its byte-range reads and writes and its
+index, on the loop's thread), whose inner chunks come back to this pipeline
 (``from_codecs``) and so to the engine in batches; but where the whole shard
 is at hand (a MemoryStore's value, or a LocalStore's file of up to 1 MiB
 decoded, which the engine reads whole), a read of a box of it (slices and
@@ -268,6 +271,13 @@ def _chunk_box(chunk_shape, selection):
     return start, step, count, kept
 
 
+def _whole_chunk(chunk_shape, selection) -> bool:
+    """True if a chunk selection of slices and integers is the whole chunk."""
+    box = _chunk_box(chunk_shape, selection)
+    return box is not None and all(a == 0 and (st == 1 or n == 1) and n == c
+                                   for a, st, n, c in zip(*box[:3], chunk_shape, strict=True))
+
+
 def _as_tuple(selection) -> tuple:
     return selection if isinstance(selection, tuple) else (selection,)
 
@@ -333,14 +343,15 @@ class CodecPipeline(_ZarrCodecPipeline):
         self._local_root = os.path.abspath(str(store.root)) if self._local is not None else None
         self._chunk_store = None
         self._chunk_store_pid = None
-        # Sharded arrays write shards, and read the parts of shards _shards_at_hand leaves (remote stores, large
-        # local shards, selections other than boxes), through zarr-python's sharding codec (its partial reads and
-        # writes and its subchunk order; the inner chunks' codec work comes back to the engine through
-        # from_codecs); other shard reads are the engine's.
+        # Sharded arrays write parts of shards, and read the parts of shards _shards_at_hand leaves (remote
+        # stores, large local shards, selections other than boxes), through zarr-python's sharding codec (its
+        # partial reads and writes; the inner chunks' codec work comes back to the engine through from_codecs);
+        # other shard reads, and writes of whole shards (_write_shards), are the engine's.
         self._sharded = _has_sharding(fallback)
         self._native = native            # the array's engine pipeline (from metadata), or None
         self._codecs_json = codecs_json  # from_codecs: the v3 codecs list for the engine, or None
         self._per_spec: dict = {}        # from_codecs: engine pipelines by chunk spec
+        self._layouts: dict = {}         # sharded: engine pipelines laying out shards, by write_empty_chunks
         self._batch_size = batch_size
         _pipelines[id(self)] = self
 
@@ -679,10 +690,48 @@ class CodecPipeline(_ZarrCodecPipeline):
             return
         natives = [self._native_for(spec) for _, spec, *_ in batch]
         value_arr = value.as_numpy_array() if isinstance(value, _cpu.NDBuffer) else None
-        if (any(n is None for n in natives) or value_arr is None or drop_axes or self._sharded
+        if (any(n is None for n in natives) or value_arr is None or drop_axes
                 or value_arr.dtype != batch[0][1].dtype.to_native_dtype()
                 or not all(_is_basic(c) and _is_basic(o) for _, _, c, o, _ in batch)):
             return await self.fallback.write(batch, value, drop_axes)
+        if self._sharded:
+            return await self._write_shards(batch, value, value_arr)
+        await self._write_engine(batch, natives, value, value_arr)
+
+    async def _write_shards(self, batch, value, value_arr):
+        """Shards the selection covers whole are encoded by the engine, laid out
+        as zarr-python's sharding codec lays them out (its subchunk_write_order;
+        inner chunks all fill_value kept only with write_empty_chunks); parts of
+        shards go through that codec, which merges them into the stored shard."""
+        laid = self._laid_out(batch[0][1].config.write_empty_chunks)
+        whole = [laid is not None and _whole_chunk(spec.shape, chunk_sel) for _, spec, chunk_sel, _, _ in batch]
+        jobs = []
+        if any(whole):
+            shards = [item for item, w in zip(batch, whole, strict=True) if w]
+            jobs.append(self._write_engine(shards, [laid] * len(shards), value, value_arr))
+        if not all(whole):
+            jobs.append(self.fallback.write([item for item, w in zip(batch, whole, strict=True) if not w], value))
+        await _all(*jobs)
+
+    def _laid_out(self, keep_empty):
+        """The array's engine pipeline laying out shards as its zarr-python
+        sharding codec does, or None (an array-array or bytes-bytes codec
+        around the sharding codec)."""
+        keep_empty = bool(keep_empty)
+        if keep_empty not in self._layouts:
+            from zarr.codecs import ShardingCodec
+
+            codec = getattr(self.fallback, "array_bytes_codec", None)
+            laid = None
+            if self._native is not None and isinstance(codec, ShardingCodec):
+                try:
+                    laid = self._native.with_shard_layout(codec.subchunk_write_order, keep_empty)
+                except ZarrcoroError:
+                    laid = None
+            self._layouts[keep_empty] = laid
+        return self._layouts[keep_empty]
+
+    async def _write_engine(self, batch, natives, value, value_arr):
         size = self._batch_size or _batch_size()
         try:
             await _all(*(self._write_batch(batch[i:i + size], natives[i:i + size], value_arr)
@@ -690,7 +739,7 @@ class CodecPipeline(_ZarrCodecPipeline):
         except ZarrcoroError as e:
             # Whole chunks again (what the engine stored is what this stores): zarr-python's error, or its write.
             logger.info("zarrcoro.pipeline: a write the engine refused runs through zarr-python's pipeline: %s", e)
-            await self.fallback.write(batch, value, drop_axes)
+            await self.fallback.write(batch, value)
 
     async def _write_batch(self, batch, natives, value_arr):
         store = self._engine_store(batch, writing=True)
@@ -699,11 +748,11 @@ class CodecPipeline(_ZarrCodecPipeline):
             return None if complete else await bs.get(prototype=prototype)
 
         # What a chunk holds beyond the selection is kept (its stored chunk read and merged) where zarr-python
-        # keeps it: a selection short of the chunk, and any shard (its partial encode merges into the stored
-        # shard, also beyond the array's shape after a shrinking resize). A chunk the selection covers within
-        # the array's shape is written anew: beyond the shape, the fill value.
+        # keeps it: a selection short of the chunk, and any part of a shard (its partial encode merges into the
+        # stored shard, also beyond the array's shape after a shrinking resize). A chunk the selection covers
+        # within the array's shape is written anew: beyond the shape, the fill value.
         shard = self.fallback.supports_partial_encode
-        keep = [shard or not complete for _, _, _, _, complete in batch]
+        keep = [not complete or (shard and not _whole_chunk(spec.shape, sel)) for _, spec, sel, _, complete in batch]
         in_memory = store is None and _in_memory(batch)
         if in_memory:
             existing = [bs.get_sync(prototype=spec.prototype) if k else None

@@ -17,7 +17,9 @@
 // source (encode) may also have stride 0 to broadcast one value. A shard
 // (codecs: sharding_indexed alone) decodes only the inner chunks its box
 // touches, each straight to its place: its index is checked whole, its other
-// inner chunks not at all.
+// inner chunks not at all. A shard's encode with a box of unit steps
+// re-encodes only the inner chunks the box touches (the others keep their
+// stored bytes) and lays the shard out as with_shard_layout says.
 //
 // Thread-safety: a ChunkCodec is an immutable, cheaply copyable handle to a
 // prepared pipeline; all members may be called concurrently from any thread.
@@ -119,6 +121,20 @@ struct ChunkEncode {
   std::optional<Bytes> encoded;  // out: the encoded chunk, or nullopt when dropped
 };
 
+// How encoding lays out a shard (codecs: sharding_indexed alone). Every
+// layout reads the same through the shard index, so none is part of the
+// metadata; zarr-python sets them per write (ShardingCodec's
+// subchunk_write_order, the array's write_empty_chunks).
+struct ShardLayout {
+  enum class Order {
+    lexicographic,    // C order: the last dimension's inner chunks next to each other (Array's writes)
+    colexicographic,  // F order
+    morton,           // ascending compressed Morton code: zarr-python's default
+  };
+  Order order = Order::lexicographic;
+  bool keep_empty = false;  // store inner chunks that are all fill_value too
+};
+
 class ChunkCodec;
 namespace detail {
 void start_decode(Runtime& rt, const ChunkCodec& codec, std::span<ChunkDecode> items, AnyCompletion<void> handler);
@@ -152,6 +168,11 @@ class ChunkCodec {
   // The v3 `codecs` list the pipeline runs (v2: the equivalent chain).
   nlohmann::json codecs() const;
   std::string describe() const;  // e.g. "bytes(little),zstd(3)"
+
+  // This pipeline, encoding shards with `layout`. Raises InvalidArgument
+  // (field "layout") unless the pipeline is sharding_indexed alone, or for a
+  // Morton order over more than 2^64 codes.
+  ChunkCodec with_shard_layout(ShardLayout layout) const;
 
   // Decodes every item into its place (a missing chunk: the fill value).
   // Completion signature void(std::exception_ptr).
