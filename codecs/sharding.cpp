@@ -211,7 +211,7 @@ ShardingCodec::Layout ShardingCodec::layout(InnerOrder order, bool keep_empty) c
 bool ShardingCodec::update(const ArraySpec& spec, std::optional<ByteSpan> existing, const std::byte* src,
                            std::span<const std::uint64_t> src_shape, std::span<const std::uint64_t> src_start,
                            std::span<const std::uint64_t> shard_start, std::span<const std::uint64_t> box,
-                           Bytes& out, const Layout* layout) const {
+                           Bytes& out, const Layout* layout, std::span<const std::uint8_t> only) const {
   const std::size_t r = chunk_shape_.size(), es = spec.dtype.size();
   Index old;
   if (existing) old = shard_index(*existing);
@@ -281,6 +281,7 @@ bool ShardingCodec::update(const ArraySpec& spec, std::optional<ByteSpan> existi
       if (lo[d] >= hi[d]) touched = false;
       whole = whole && lo[d] == c0 && hi[d] == c1;
     }
+    if (!only.empty() && !only[i]) touched = false;
     const bool had = existing && !old.missing(i);
     const std::size_t at = shard.size();
     if (!touched) {

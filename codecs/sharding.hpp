@@ -90,12 +90,14 @@ class ShardingCodec final : public ArrayToBytesCodec {
   // `src_shape`, box starting at `src_start`). Inner chunks the box does not
   // touch keep their encoded bytes; touched ones that end up all fill_value
   // are dropped (unless layout->keep_empty). Inner chunks are stored in
-  // layout->order (default: C order). Returns false (and leaves `out`
-  // empty) if no inner chunk remains, i.e. the shard should not be stored.
+  // layout->order (default: C order). `only`, when not empty, holds one
+  // flag per inner chunk (C order): those flagged 0 count as untouched.
+  // Returns false (and leaves `out` empty) if no inner chunk remains, i.e.
+  // the shard should not be stored.
   bool update(const ArraySpec& spec, std::optional<ByteSpan> existing, const std::byte* src,
               std::span<const std::uint64_t> src_shape, std::span<const std::uint64_t> src_start,
               std::span<const std::uint64_t> shard_start, std::span<const std::uint64_t> box, Bytes& out,
-              const Layout* layout = nullptr) const;
+              const Layout* layout = nullptr, std::span<const std::uint8_t> only = {}) const;
   // A shard of only missing inner chunks (its index alone): what reads as
   // all fill_value where a shard cannot be erased.
   void encode_empty(Bytes& out) const;

@@ -422,14 +422,17 @@ void decode_one(const ChunkCodec::Impl& c, const ChunkDecode& item, const Box& b
 
 // A shard, encoded in the codec's layout. A box of unit steps merges by
 // ShardingCodec::update, which keeps the encoded bytes of the inner chunks
-// the box does not touch; a strided one merges into the decoded shard.
+// the box does not touch; a strided one merges into the decoded shard, and
+// the inner chunks no step lands in keep their bytes too (or stay missing,
+// as zarr-python leaves them).
 void encode_shard(const ChunkCodec::Impl& c, const codecs::ShardingCodec& sc, ChunkEncode& item, const Box& box) {
   const std::size_t rank = c.shape.size(), es = c.dtype.size();
   const codecs::ArraySpec spec{c.dtype, c.shape, c.fill};
   const std::vector<std::uint64_t> zero(rank, 0);
   const std::optional<ByteSpan> existing = !box.whole && item.keep_rest ? item.existing : std::nullopt;
   bool unit_steps = true;
-  for (std::size_t d = 0; d < item.box.step.size(); ++d) unit_steps = unit_steps && (item.box.step[d] == 1 || box.count[d] <= 1);
+  for (std::size_t d = 0; d < item.box.step.size(); ++d)
+    unit_steps = unit_steps && (item.box.step[d] == 1 || box.count[d] <= 1);
   Bytes out;
   bool stored;
   if (box.user_contiguous) {
@@ -442,12 +445,26 @@ void encode_shard(const ChunkCodec::Impl& c, const codecs::ShardingCodec& sc, Ch
     strided_copy(item.value, box.user_strides, s, strides, box.count, es);
     const std::vector<std::uint64_t>& start = item.box.start.empty() ? zero : item.box.start;
     stored = sc.update(spec, existing, s, box.count, zero, start, box.count, out, &c.layout);
-  } else {
+  } else {  // merged into the decoded shard; only the inner chunks a step lands in are encoded again
     std::byte* s = scratch(c.chunk_bytes);
     if (existing) c.pipeline->decode(*existing, MutableByteSpan(s, c.chunk_bytes));
     else strided_copy(c.fill.data(), std::vector<std::int64_t>(rank, 0), s, c.c_strides, c.shape, es);
     strided_copy(item.value, box.user_strides, s + box.chunk_offset, box.chunk_strides, box.count, es);
-    stored = sc.update(spec, std::nullopt, s, c.shape, zero, zero, c.shape, out, &c.layout);
+    const auto& inner = sc.chunk_shape();
+    const auto& per_shard = sc.chunks_per_shard();
+    std::vector<std::vector<std::uint8_t>> hit(rank);  // per dimension, the inner chunks a step lands in
+    for (std::size_t d = 0; d < rank; ++d) {
+      hit[d].assign(per_shard[d], 0);
+      for (std::uint64_t k = 0; k < box.count[d]; ++k)
+        hit[d][(item.box.start[d] + k * item.box.step[d]) / inner[d]] = 1;
+    }
+    std::vector<std::uint8_t> only(sc.num_inner(), 0);
+    for (std::size_t i = 0; i < only.size(); ++i) {
+      bool all = true;
+      for (std::size_t d = rank, n = i; d-- > 0; n /= per_shard[d]) all = all && hit[d][n % per_shard[d]];
+      only[i] = all;
+    }
+    stored = sc.update(spec, existing, s, c.shape, zero, zero, c.shape, out, &c.layout, only);
   }
   if (!stored) {  // no inner chunk left
     if (item.drop_if_fill) {

@@ -480,6 +480,19 @@ TEST_CASE("a partial encode of a shard keeps the bytes of the inner chunks it do
     CHECK(decode_whole(rt, codec, *after) == expect);
     CHECK(stored_order(*after) == std::vector<int>{0, 2, 1, 3, 4, 5});
   }
+  SECTION("a box with steps into a shard that keeps empty inner chunks: only those a step lands in are stored") {
+    const ChunkCodec keeping = codec.with_shard_layout({ShardLayout::Order::morton, true});
+    std::vector<ChunkEncode> e(1);  // nothing stored yet: the rest is fill
+    e[0].box = ChunkBox{{0, 1}, {4, 1}, {2, 1}};  // rows 0 and 4 of column 1: inner chunks (0, 0) and (2, 0)
+    e[0].value = reinterpret_cast<const std::byte*>(&v);
+    e[0].value_strides = {0, 0};
+    keeping.encode_blocking(rt, e);
+    REQUIRE(e[0].encoded);
+    CHECK(stored_order(*e[0].encoded) == std::vector<int>{0, 4});
+    std::vector<std::int32_t> expect_fill(24, 0);
+    expect_fill[1] = expect_fill[17] = v;
+    CHECK(decode_whole(rt, keeping, *e[0].encoded) == expect_fill);
+  }
   SECTION("all fill: erased with drop_if_fill, else a shard of its index alone") {
     std::vector<std::int32_t> zeros(24, 0);
     std::vector<ChunkEncode> e(2);

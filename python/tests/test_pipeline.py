@@ -139,11 +139,11 @@ def _chunk_bytes(store):
 @pytest.mark.parametrize("kind", ["local", "memory"])
 def test_whole_shards_are_written_by_the_engine_as_zarr_python_lays_them_out(order, write_empty, kind, tmp_path,
                                                                               monkeypatch):
-    """Shards a write covers whole are encoded by the engine, their inner
-    chunks in the sharding codec's subchunk_write_order, those all fill_value
-    stored only with write_empty_chunks: the bytes zarr-python's own pipeline
-    writes. Parts of shards (the last column of shards here) go through
-    zarr-python's sharding codec."""
+    """Shard writes are the engine's, their inner chunks in the sharding
+    codec's subchunk_write_order, those all fill_value stored only with
+    write_empty_chunks: the bytes zarr-python's own pipeline writes, for
+    whole shards, shards cut by the array's edge, and parts of shards merged
+    into the stored ones (with steps too)."""
     from zarr.codecs import BytesCodec, ShardingCodec
 
     partial_encodes = []
@@ -167,14 +167,23 @@ def test_whole_shards_are_written_by_the_engine_as_zarr_python_lays_them_out(ord
                                                            subchunk_write_order=order),
                                   compressors=None, config={"write_empty_chunks": write_empty})
             z[:] = expected
-            np.testing.assert_array_equal(z[:], expected)
+            z[3:9, 1:6] = 777  # parts of shards (0, 0) and (1, 0)
+            z[9:16:3, 22] = 5  # steps, in a shard cut by the edge
+            z[2:4, 15:20] = 0  # an inner chunk of shard (0, 1) made all fill
+            z[0:8, 20:25] = 0  # shard (0, 2), cut by the edge, made all fill
+            np.testing.assert_array_equal(z[:], final)
         return store
 
+    final = expected.copy()
+    final[3:9, 1:6] = 777
+    final[9:16:3, 22] = 5
+    final[2:4, 15:20] = 0
+    final[0:8, 20:25] = 0
     theirs = _chunk_bytes(write(DEFAULT, tmp_path / "theirs.zarr"))
     partial_encodes.clear()
     ours = _chunk_bytes(write(OURS, tmp_path / "ours.zarr"))
-    assert len(partial_encodes) == 2  # the two cut shards; before, all six
-    assert ("c/1/1" in ours) == write_empty
+    assert partial_encodes == []  # before, each of the 6 + 4 shard writes
+    assert ("c/1/1" in ours) == ("c/0/2" in ours) == write_empty
     assert ours == theirs
 
 

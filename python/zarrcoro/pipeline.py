@@ -21,13 +21,14 @@ completion through the loop.
 Decoded chunks land in zarr-python's output array in place, written by the
 engine through the array's strides, for selections of slices and integers;
 other selections (orthogonal, vectorized) decode into a chunk-sized array
-copied by NumPy. Sharded arrays: a whole shard read, and a write that
-covers whole shards, are the engine's; a shard written whole is laid out as
-zarr-python's sharding codec lays it out (its ``subchunk_write_order``,
-inner chunks all fill_value stored only with ``write_empty_chunks``), so
-the bytes are the same. A read or write of part of a shard goes through
-zarr-python's sharding codec (its byte-range reads and writes and its
-index, on the loop's thread), whose inner chunks come back to this pipeline
+copied by NumPy. Sharded arrays: shard writes are the engine's, each
+shard laid out as zarr-python's sharding codec lays it out (its
+``subchunk_write_order``, inner chunks all fill_value stored only with
+``write_empty_chunks``), so the bytes are the same; a part of a shard is
+merged into the stored shard, whose untouched inner chunks keep their
+bytes. A whole shard read is the engine's; a read of part of a shard goes
+through zarr-python's sharding codec (its byte-range reads and its index,
+on the loop's thread), whose inner chunks come back to this pipeline
 (``from_codecs``) and so to the engine in batches; but where the whole shard
 is at hand (a MemoryStore's value, or a LocalStore's file of up to 1 MiB
 decoded, which the engine reads whole), a read of a box of it (slices and
@@ -343,10 +344,10 @@ class CodecPipeline(_ZarrCodecPipeline):
         self._local_root = os.path.abspath(str(store.root)) if self._local is not None else None
         self._chunk_store = None
         self._chunk_store_pid = None
-        # Sharded arrays write parts of shards, and read the parts of shards _shards_at_hand leaves (remote
-        # stores, large local shards, selections other than boxes), through zarr-python's sharding codec (its
-        # partial reads and writes; the inner chunks' codec work comes back to the engine through from_codecs);
-        # other shard reads, and writes of whole shards (_write_shards), are the engine's.
+        # Sharded arrays read the parts of shards _shards_at_hand leaves (remote stores, large local shards,
+        # selections other than boxes) through zarr-python's sharding codec (its partial reads; the inner chunks'
+        # codec work comes back to the engine through from_codecs); other shard reads, and the shard writes of
+        # basic selections (_write_shards), are the engine's.
         self._sharded = _has_sharding(fallback)
         self._native = native            # the array's engine pipeline (from metadata), or None
         self._codecs_json = codecs_json  # from_codecs: the v3 codecs list for the engine, or None
@@ -699,19 +700,15 @@ class CodecPipeline(_ZarrCodecPipeline):
         await self._write_engine(batch, natives, value, value_arr)
 
     async def _write_shards(self, batch, value, value_arr):
-        """Shards the selection covers whole are encoded by the engine, laid out
-        as zarr-python's sharding codec lays them out (its subchunk_write_order;
-        inner chunks all fill_value kept only with write_empty_chunks); parts of
-        shards go through that codec, which merges them into the stored shard."""
+        """Shard writes are the engine's, each shard laid out as zarr-python's
+        sharding codec lays it out (its subchunk_write_order; inner chunks all
+        fill_value stored only with write_empty_chunks). A part of a shard is
+        merged into the stored shard as that codec merges it: the inner chunks
+        it does not touch keep their bytes, beyond the array's shape too."""
         laid = self._laid_out(batch[0][1].config.write_empty_chunks)
-        whole = [laid is not None and _whole_chunk(spec.shape, chunk_sel) for _, spec, chunk_sel, _, _ in batch]
-        jobs = []
-        if any(whole):
-            shards = [item for item, w in zip(batch, whole, strict=True) if w]
-            jobs.append(self._write_engine(shards, [laid] * len(shards), value, value_arr))
-        if not all(whole):
-            jobs.append(self.fallback.write([item for item, w in zip(batch, whole, strict=True) if not w], value))
-        await _all(*jobs)
+        if laid is None:
+            return await self.fallback.write(batch, value)
+        await self._write_engine(batch, [laid] * len(batch), value, value_arr)
 
     def _laid_out(self, keep_empty):
         """The array's engine pipeline laying out shards as its zarr-python
