@@ -86,6 +86,19 @@ def test_what_zarr_python_wrote_reads_through_the_engine(tmp_path):
         np.testing.assert_array_equal(z.oindex[[1, 9], [0, 16]], expected[np.ix_([1, 9], [0, 16])])
 
 
+def _calls_to(monkeypatch, cls, name):
+    """A list that grows by one at each call of the coroutine method cls.name (patched for the test)."""
+    calls = []
+    real = getattr(cls, name)
+
+    async def counted(self, *args, **kwargs):
+        calls.append(1)
+        return await real(self, *args, **kwargs)
+
+    monkeypatch.setattr(cls, name, counted)
+    return calls
+
+
 @pytest.mark.parametrize("kind", ["local", "memory"])
 def test_parts_of_shards_at_hand_are_read_by_the_engine(kind, tmp_path, monkeypatch):
     """A read of part of a shard whose bytes are at hand (a MemoryStore's
@@ -95,14 +108,7 @@ def test_parts_of_shards_at_hand_are_read_by_the_engine(kind, tmp_path, monkeypa
     zarr-python's sharding codec."""
     from zarr.core.codec_pipeline import BatchedCodecPipeline
 
-    calls = []
-    real_read = BatchedCodecPipeline.read
-
-    async def counted_read(self, *args, **kwargs):
-        calls.append(1)
-        return await real_read(self, *args, **kwargs)
-
-    monkeypatch.setattr(BatchedCodecPipeline, "read", counted_read)
+    calls = _calls_to(monkeypatch, BatchedCodecPipeline, "read")
     store = (lambda name: tmp_path / name) if kind == "local" else (lambda name: zarr.storage.MemoryStore())
     expected = data()
     expected[8:12, 10:15] = 0  # inner chunk (2, 2) is all fill: not stored
@@ -146,14 +152,7 @@ def test_whole_shards_are_written_by_the_engine_as_zarr_python_lays_them_out(ord
     into the stored ones (with steps too)."""
     from zarr.codecs import BytesCodec, ShardingCodec
 
-    partial_encodes = []
-    real = ShardingCodec._encode_partial_single
-
-    async def counted(self, *args, **kwargs):
-        partial_encodes.append(1)
-        return await real(self, *args, **kwargs)
-
-    monkeypatch.setattr(ShardingCodec, "_encode_partial_single", counted)
+    partial_encodes = _calls_to(monkeypatch, ShardingCodec, "_encode_partial_single")
     # 2 x 3 shards of 8 x 10, each 4 x 2 inner chunks of 2 x 5 (orders differ); the third column is cut at 25.
     expected = np.arange(16 * 25, dtype="int32").reshape(16, 25) + 1
     expected[2:4, 0:5] = 0  # inner chunk (1, 0) of shard (0, 0): all fill
