@@ -1,6 +1,7 @@
 // N-d box copies and fills (see box.hpp).
 #include "codecs/box.hpp"
 
+#include <cmath>
 #include <cstring>
 
 #include <boost/container/small_vector.hpp>
@@ -9,6 +10,33 @@ namespace zarrcoro::codecs {
 namespace {
 
 using Dims = boost::container::small_vector<std::uint64_t, 6>;
+
+template <class F>
+bool all_nan(const std::byte* p, std::uint64_t n, std::size_t es) {
+  for (std::uint64_t i = 0; i < n; ++i) {
+    F v;
+    std::memcpy(&v, p + i * es, sizeof v);
+    if (!std::isnan(v)) return false;
+  }
+  return true;
+}
+bool half_is_nan(std::uint16_t h) { return (h & 0x7c00u) == 0x7c00u && (h & 0x03ffu) != 0; }
+
+template <class F>
+bool complex_all_equal(const std::byte* p, std::uint64_t n, const std::byte* fill) {
+  F fr, fi;
+  std::memcpy(&fr, fill, sizeof fr);
+  std::memcpy(&fi, fill + sizeof fr, sizeof fi);
+  const bool fill_nan = std::isnan(fr) || std::isnan(fi);
+  for (std::uint64_t i = 0; i < n; ++i) {
+    F r, im;
+    std::memcpy(&r, p + i * 2 * sizeof(F), sizeof r);
+    std::memcpy(&im, p + i * 2 * sizeof(F) + sizeof r, sizeof im);
+    const bool nan = std::isnan(r) || std::isnan(im);
+    if (fill_nan ? !nan : (nan || r != fr || im != fi)) return false;
+  }
+  return true;
+}
 
 // Strides in bytes of a C-order array.
 Dims strides_of(std::span<const std::uint64_t> shape, std::size_t elem_size) {
@@ -130,6 +158,45 @@ bool all_equal(ByteSpan data, const std::byte* value, std::size_t elem_size) {
   if (std::memcmp(data.data(), value, elem_size) != 0) return false;
   // Every element equals the first iff the buffer equals itself shifted by one element.
   return std::memcmp(data.data(), data.data() + elem_size, data.size() - elem_size) == 0;
+}
+
+bool all_equal_as_zarr_python(ByteSpan data, const std::byte* f, DataType dtype) {
+  const std::size_t es = dtype.size();
+  const std::uint64_t n = data.size() / es;
+  const std::byte* p = data.data();
+  switch (dtype.kind()) {
+    case DataTypeKind::float16: {
+      std::uint16_t h;
+      std::memcpy(&h, f, 2);
+      if (half_is_nan(h)) {
+        for (std::uint64_t i = 0; i < n; ++i) {
+          std::memcpy(&h, p + i * 2, 2);
+          if (!half_is_nan(h)) return false;
+        }
+        return true;
+      }
+      break;
+    }
+    case DataTypeKind::float32: {
+      float v;
+      std::memcpy(&v, f, 4);
+      if (std::isnan(v)) return all_nan<float>(p, n, es);
+      break;
+    }
+    case DataTypeKind::float64: {
+      double v;
+      std::memcpy(&v, f, 8);
+      if (std::isnan(v)) return all_nan<double>(p, n, es);
+      break;
+    }
+    case DataTypeKind::complex64:
+      return complex_all_equal<float>(p, n, f);
+    case DataTypeKind::complex128:
+      return complex_all_equal<double>(p, n, f);
+    default:
+      break;
+  }
+  return all_equal(data, f, es);
 }
 
 }  // namespace zarrcoro::codecs

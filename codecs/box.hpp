@@ -8,6 +8,7 @@
 #include <span>
 
 #include <zarrcoro/bytes.hpp>
+#include <zarrcoro/dtype.hpp>
 
 namespace zarrcoro::codecs {
 
@@ -28,5 +29,12 @@ void fill_elements(std::byte* dst, std::uint64_t n, const std::byte* value, std:
 
 // True if every element of `data` equals `value` bitwise.
 bool all_equal(ByteSpan data, const std::byte* value, std::size_t elem_size);
+
+// True if every element of `data` (of fixed-size `dtype`) equals `fill` as
+// zarr-python's all_equal compares a chunk with its fill value
+// (core/buffer/core.py _array_all_equal): bitwise, except that a NaN fill
+// matches any NaN, and complex elements compare part by part as numbers
+// (NaN in either part of both counts as equal).
+bool all_equal_as_zarr_python(ByteSpan data, const std::byte* fill, DataType dtype);
 
 }  // namespace zarrcoro::codecs

@@ -121,6 +121,10 @@ std::size_t ShardingCodec::inner_number(std::span<const std::uint64_t> coords) c
   return n;
 }
 
+void ShardingCodec::inner_coords(std::size_t number, std::span<std::uint64_t> coords) const {
+  for (std::size_t d = per_shard_.size(); d-- > 0; number /= per_shard_[d]) coords[d] = number % per_shard_[d];
+}
+
 ShardingCodec::Index ShardingCodec::decode_index(ByteSpan encoded, std::optional<std::uint64_t> shard_size) const {
   if (encoded.size() != index_bytes_)
     corrupt("shard index is " + std::to_string(encoded.size()) + " bytes, expected " +
@@ -223,8 +227,10 @@ bool ShardingCodec::update(const ArraySpec& spec, std::optional<ByteSpan> existi
     std::memcpy(&v, fill.data(), sizeof v);
     if (v.size) fill_text = {v.data, static_cast<std::size_t>(v.size)};
   }
+  const bool as_zarr_python = layout && layout->fill_as_zarr_python;
   auto is_fill = [&](ByteSpan c) {
-    return spec.dtype.is_variable_length() ? all_views_equal(c, fill_text) : all_equal(c, fill.data(), es);
+    if (spec.dtype.is_variable_length()) return all_views_equal(c, fill_text);
+    return as_zarr_python ? all_equal_as_zarr_python(c, fill.data(), spec.dtype) : all_equal(c, fill.data(), es);
   };
   // The shard is assembled in its final buffer: the index's room first (at
   // the start) or last (at the end), each stored inner chunk memcpy'd once
@@ -319,7 +325,7 @@ bool ShardingCodec::update(const ArraySpec& spec, std::optional<ByteSpan> existi
   } else {
     std::vector<std::uint64_t> c(r);
     for (const std::size_t i : layout->order) {
-      for (std::size_t d = r, n = i; d-- > 0; n /= per_shard_[d]) c[d] = n % per_shard_[d];
+      inner_coords(i, c);
       store_inner(c, i);
     }
   }

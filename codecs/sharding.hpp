@@ -62,8 +62,9 @@ class ShardingCodec final : public ArrayToBytesCodec {
   // codecs and location), as text: two codecs whose layouts are equal read
   // the same index from the same shard bytes.
   const std::string& index_layout() const { return index_layout_; }
-  // Linear (C order) number of the inner chunk at `coords`.
+  // Linear (C order) number of the inner chunk at `coords`, and back.
   std::size_t inner_number(std::span<const std::uint64_t> coords) const;
+  void inner_coords(std::size_t number, std::span<std::uint64_t> coords) const;
 
   // Decodes the encoded index (index_bytes() long). `shard_size` (if known)
   // bounds the entries. Raises CorruptChunk (checksum, entries out of range).
@@ -80,6 +81,9 @@ class ShardingCodec final : public ArrayToBytesCodec {
   struct Layout {
     std::vector<std::size_t> order;  // inner chunk numbers (C order) as stored; empty: C order
     bool keep_empty = false;
+    // An inner chunk is all fill_value as zarr-python compares
+    // (all_equal_as_zarr_python: any NaN matches a NaN fill); else bitwise.
+    bool fill_as_zarr_python = false;
   };
   // `order` over this codec's inner chunks. morton: zarr-python's order,
   // ascending compressed Morton code (per bit round, dimension 0 lowest).

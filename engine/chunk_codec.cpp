@@ -18,6 +18,7 @@
 
 #include <zarrcoro/error.hpp>
 
+#include "codecs/box.hpp"
 #include "codecs/pipeline.hpp"
 #include "codecs/sharding.hpp"
 #include "core/caught.hpp"
@@ -70,6 +71,7 @@ std::shared_ptr<ChunkCodec::Impl> prepare(const nlohmann::json& codecs, DataType
   }
   if (impl->pipeline->array_to_bytes_only())
     impl->shard = dynamic_cast<const codecs::ShardingCodec*>(&impl->pipeline->array_to_bytes());
+  impl->layout.fill_as_zarr_python = true;  // as drop_if_fill compares
   impl->dtype = dtype;
   impl->shape = std::move(shape);
   impl->fill = std::move(fill);
@@ -238,77 +240,8 @@ Box resolve(const ChunkCodec::Impl& c, const ChunkBox& b, const std::vector<std:
   return out;
 }
 
-// zarr-python's all_equal(fill) of a chunk (core/buffer/core.py
-// _array_all_equal): bitwise, except that a NaN fill matches any NaN, and
-// complex elements compare part by part as numbers (NaN in either part of
-// both counts as equal).
-template <class F>
-bool all_nan(const std::byte* p, std::uint64_t n, std::size_t es) {
-  for (std::uint64_t i = 0; i < n; ++i) {
-    F v;
-    std::memcpy(&v, p + i * es, sizeof v);
-    if (!std::isnan(v)) return false;
-  }
-  return true;
-}
-bool half_is_nan(std::uint16_t h) { return (h & 0x7c00u) == 0x7c00u && (h & 0x03ffu) != 0; }
-
-template <class F>
-bool complex_all_equal(const std::byte* p, std::uint64_t n, const std::byte* fill) {
-  F fr, fi;
-  std::memcpy(&fr, fill, sizeof fr);
-  std::memcpy(&fi, fill + sizeof fr, sizeof fi);
-  const bool fill_nan = std::isnan(fr) || std::isnan(fi);
-  for (std::uint64_t i = 0; i < n; ++i) {
-    F r, im;
-    std::memcpy(&r, p + i * 2 * sizeof(F), sizeof r);
-    std::memcpy(&im, p + i * 2 * sizeof(F) + sizeof r, sizeof im);
-    const bool nan = std::isnan(r) || std::isnan(im);
-    if (fill_nan ? !nan : (nan || r != fr || im != fi)) return false;
-  }
-  return true;
-}
-
 bool all_fill(const ChunkCodec::Impl& c, const std::byte* p) {
-  const std::size_t es = c.dtype.size();
-  const std::uint64_t n = c.chunk_bytes / es;
-  const std::byte* f = c.fill.data();
-  switch (c.dtype.kind()) {
-    case DataTypeKind::float16: {
-      std::uint16_t h;
-      std::memcpy(&h, f, 2);
-      if (half_is_nan(h)) {
-        for (std::uint64_t i = 0; i < n; ++i) {
-          std::memcpy(&h, p + i * 2, 2);
-          if (!half_is_nan(h)) return false;
-        }
-        return true;
-      }
-      break;
-    }
-    case DataTypeKind::float32: {
-      float v;
-      std::memcpy(&v, f, 4);
-      if (std::isnan(v)) return all_nan<float>(p, n, es);
-      break;
-    }
-    case DataTypeKind::float64: {
-      double v;
-      std::memcpy(&v, f, 8);
-      if (std::isnan(v)) return all_nan<double>(p, n, es);
-      break;
-    }
-    case DataTypeKind::complex64:
-      return complex_all_equal<float>(p, n, f);
-    case DataTypeKind::complex128:
-      return complex_all_equal<double>(p, n, f);
-    default:
-      break;
-  }
-  // Bitwise: compare the first element, then the chunk with itself shifted
-  // by one element (every element equals its predecessor).
-  if (std::memcmp(p, f, es) != 0) return false;
-  return std::memcmp(p, p + es, c.chunk_bytes - es) == 0;
+  return codecs::all_equal_as_zarr_python(ByteSpan(p, c.chunk_bytes), c.fill.data(), c.dtype);
 }
 
 // Per-thread scratch for a decoded chunk.
@@ -422,9 +355,9 @@ void decode_one(const ChunkCodec::Impl& c, const ChunkDecode& item, const Box& b
 
 // A shard, encoded in the codec's layout. A box of unit steps merges by
 // ShardingCodec::update, which keeps the encoded bytes of the inner chunks
-// the box does not touch; a strided one merges into the decoded shard, and
-// the inner chunks no step lands in keep their bytes too (or stay missing,
-// as zarr-python leaves them).
+// the box does not touch; so does a box with steps for the inner chunks no
+// step lands in (they stay missing where they were, as zarr-python leaves
+// them).
 void encode_shard(const ChunkCodec::Impl& c, const codecs::ShardingCodec& sc, ChunkEncode& item, const Box& box) {
   const std::size_t rank = c.shape.size(), es = c.dtype.size();
   const codecs::ArraySpec spec{c.dtype, c.shape, c.fill};
@@ -445,11 +378,7 @@ void encode_shard(const ChunkCodec::Impl& c, const codecs::ShardingCodec& sc, Ch
     strided_copy(item.value, box.user_strides, s, strides, box.count, es);
     const std::vector<std::uint64_t>& start = item.box.start.empty() ? zero : item.box.start;
     stored = sc.update(spec, existing, s, box.count, zero, start, box.count, out, &c.layout);
-  } else {  // merged into the decoded shard; only the inner chunks a step lands in are encoded again
-    std::byte* s = scratch(c.chunk_bytes);
-    if (existing) c.pipeline->decode(*existing, MutableByteSpan(s, c.chunk_bytes));
-    else strided_copy(c.fill.data(), std::vector<std::int64_t>(rank, 0), s, c.c_strides, c.shape, es);
-    strided_copy(item.value, box.user_strides, s + box.chunk_offset, box.chunk_strides, box.count, es);
+  } else {  // steps: only the inner chunks a step lands in are decoded, merged and encoded again
     const auto& inner = sc.chunk_shape();
     const auto& per_shard = sc.chunks_per_shard();
     std::vector<std::vector<std::uint8_t>> hit(rank);  // per dimension, the inner chunks a step lands in
@@ -459,11 +388,27 @@ void encode_shard(const ChunkCodec::Impl& c, const codecs::ShardingCodec& sc, Ch
         hit[d][(item.box.start[d] + k * item.box.step[d]) / inner[d]] = 1;
     }
     std::vector<std::uint8_t> only(sc.num_inner(), 0);
+    std::vector<std::uint64_t> coords(rank), at(rank);
     for (std::size_t i = 0; i < only.size(); ++i) {
+      sc.inner_coords(i, coords);
       bool all = true;
-      for (std::size_t d = rank, n = i; d-- > 0; n /= per_shard[d]) all = all && hit[d][n % per_shard[d]];
+      for (std::size_t d = 0; d < rank; ++d) all = all && hit[d][coords[d]];
       only[i] = all;
     }
+    std::byte* s = scratch(c.chunk_bytes);
+    strided_copy(c.fill.data(), std::vector<std::int64_t>(rank, 0), s, c.c_strides, c.shape, es);
+    if (existing) {
+      const auto index = sc.shard_index(*existing);
+      Bytes decoded(sc.inner().chunk_spec().num_bytes());
+      for (std::size_t i = 0; i < only.size(); ++i) {
+        if (!only[i] || index.missing(i)) continue;
+        sc.inner().decode(existing->subspan(index.offset(i), index.nbytes(i)), decoded);
+        sc.inner_coords(i, coords);
+        for (std::size_t d = 0; d < rank; ++d) at[d] = coords[d] * inner[d];
+        codecs::copy_box(decoded.data(), inner, zero, s, c.shape, at, inner, es);
+      }
+    }
+    strided_copy(item.value, box.user_strides, s + box.chunk_offset, box.chunk_strides, box.count, es);
     stored = sc.update(spec, existing, s, c.shape, zero, zero, c.shape, out, &c.layout, only);
   }
   if (!stored) {  // no inner chunk left
@@ -628,8 +573,11 @@ ChunkCodec ChunkCodec::with_shard_layout(ShardLayout layout) const {
   const Order order = layout.order == ShardLayout::Order::morton            ? Order::morton
                       : layout.order == ShardLayout::Order::colexicographic ? Order::colexicographic
                                                                             : Order::lexicographic;
+  if (dynamic_cast<const codecs::ShardingCodec*>(&impl_->shard->inner().array_to_bytes()))
+    throw InvalidArgument("", "layout", "a shard layout for " + describe() + ", whose inner chunks are shards");
   auto impl = std::make_shared<Impl>(*impl_);
   impl->layout = impl_->shard->layout(order, layout.keep_empty);
+  impl->layout.fill_as_zarr_python = true;
   return ChunkCodec(std::move(impl));
 }
 

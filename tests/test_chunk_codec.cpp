@@ -472,13 +472,34 @@ TEST_CASE("a partial encode of a shard keeps the bytes of the inner chunks it do
     codec.decode_blocking(rt, d);
     CHECK(top == std::vector<std::int32_t>(expect.begin(), expect.begin() + 16));
   }
-  SECTION("a box with steps") {
+  SECTION("a box with steps landing in every inner chunk") {
     const auto after = merge(ChunkBox{{0, 1}, {2, 2}, {3, 2}});  // rows 0, 2, 4; columns 1, 3
     REQUIRE(after);
     for (std::size_t r : {0, 2, 4})
       for (std::size_t c : {1, 3}) expect[r * 4 + c] = v;
     CHECK(decode_whole(rt, codec, *after) == expect);
     CHECK(stored_order(*after) == std::vector<int>{0, 2, 1, 3, 4, 5});
+  }
+  SECTION("a box with steps over inner chunks: those no step lands in are neither decoded nor encoded") {
+    const auto old = inner_chunks_of(before);
+    std::memset(before.data() + old.at(5).first, 0x5a, old.at(5).second);  // undecodable, as above
+    const auto after = merge(ChunkBox{{0, 1}, {4, 1}, {2, 1}});  // rows 0 and 4 of column 1: inner chunks 0 and 4
+    REQUIRE(after);
+    CHECK(stored_order(*after) == std::vector<int>{0, 2, 1, 3, 4, 5});
+    const auto now = inner_chunks_of(*after);
+    for (int i : {1, 2, 3, 5}) {
+      INFO("inner chunk " << i);
+      REQUIRE(old.at(i).second == now.at(i).second);
+      CHECK(std::memcmp(before.data() + old.at(i).first, after->data() + now.at(i).first, old.at(i).second) == 0);
+    }
+    expect[1] = expect[17] = v;
+    std::vector<std::int32_t> top(16, -1);  // rows 0-3: inner chunks 0-3
+    std::vector<ChunkDecode> d(1);
+    d[0].encoded = ByteSpan(*after);
+    d[0].box = ChunkBox{{0, 0}, {1, 1}, {4, 4}};
+    d[0].out = reinterpret_cast<std::byte*>(top.data());
+    codec.decode_blocking(rt, d);
+    CHECK(top == std::vector<std::int32_t>(expect.begin(), expect.begin() + 16));
   }
   SECTION("a box with steps into a shard that keeps empty inner chunks: only those a step lands in are stored") {
     const ChunkCodec keeping = codec.with_shard_layout({ShardLayout::Order::morton, true});
@@ -503,6 +524,32 @@ TEST_CASE("a partial encode of a shard keeps the bytes of the inner chunks it do
     REQUIRE(e[1].encoded);
     CHECK(e[1].encoded->size() == 6 * 16 + 4);
     CHECK(decode_whole(rt, codec, *e[1].encoded) == zeros);
+  }
+}
+
+TEST_CASE("a shard's inner chunk of other NaNs than its NaN fill is dropped, as zarr-python drops it",
+          "[chunk_codec]") {
+  Runtime rt(RuntimeOptions{.codec_threads = 1});
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Bytes fill(4);
+  std::memcpy(fill.data(), &nan, 4);
+  const ChunkCodec codec = ChunkCodec::from_codecs(
+      json::parse(R"([{"name":"sharding_indexed","configuration":{"chunk_shape":[2,2],)"
+                  R"("codecs":[{"name":"bytes","configuration":{"endian":"little"}}]}}])"),
+      DataTypeKind::float32, {2, 4}, fill);
+  const float negative_nan = -nan;  // another bit pattern: the sign bit set
+  std::vector<float> values{negative_nan, negative_nan, 1, 2, negative_nan, negative_nan, 3, 4};
+  for (const ChunkCodec& c : {codec, codec.with_shard_layout({ShardLayout::Order::morton})}) {
+    std::vector<ChunkEncode> e(2);
+    e[0].value = reinterpret_cast<const std::byte*>(values.data());
+    e[1].value = e[0].value;
+    e[1].box = ChunkBox{{0, 0}, {1, 1}, {2, 2}};  // inner chunk 0 alone
+    e[1].value_strides = {16, 4};
+    e[1].drop_if_fill = true;
+    c.encode_blocking(rt, e);
+    REQUIRE(e[0].encoded);
+    CHECK(e[0].encoded->size() == 16 + 2 * 16 + 4);  // inner chunk 1 alone, and the index
+    CHECK_FALSE(e[1].encoded);  // nothing else: the shard is erased
   }
 }
 

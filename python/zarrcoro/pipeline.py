@@ -21,12 +21,15 @@ completion through the loop.
 Decoded chunks land in zarr-python's output array in place, written by the
 engine through the array's strides, for selections of slices and integers;
 other selections (orthogonal, vectorized) decode into a chunk-sized array
-copied by NumPy. Sharded arrays: shard writes are the engine's, each
-shard laid out as zarr-python's sharding codec lays it out (its
-``subchunk_write_order``, inner chunks all fill_value stored only with
-``write_empty_chunks``), so the bytes are the same; a part of a shard is
-merged into the stored shard, whose untouched inner chunks keep their
-bytes. A whole shard read is the engine's; a read of part of a shard goes
+copied by NumPy. Sharded arrays: shard writes of selections of slices and
+integers are the engine's where the sharding codec is the whole pipeline
+and holds no nested sharding (else zarr-python's sharding codec writes
+them), each shard laid out as zarr-python's sharding codec lays it out (its
+``subchunk_write_order``, inner chunks all fill_value, as zarr-python
+compares, stored only with ``write_empty_chunks``), so the bytes are the
+same for the same encoded inner chunks; a part of a shard is merged into
+the stored shard, whose untouched inner chunks keep their bytes. A whole
+shard read is the engine's; a read of part of a shard goes
 through zarr-python's sharding codec (its byte-range reads and its index,
 on the loop's thread), whose inner chunks come back to this pipeline
 (``from_codecs``) and so to the engine in batches; but where the whole shard
@@ -156,6 +159,7 @@ def _release_engine_objects() -> None:
     for p in list(_pipelines.values()):
         p._native = None
         p._per_spec = {}
+        p._layouts = {}
         p._chunk_store = None
 
 
@@ -712,8 +716,8 @@ class CodecPipeline(_ZarrCodecPipeline):
 
     def _laid_out(self, keep_empty):
         """The array's engine pipeline laying out shards as its zarr-python
-        sharding codec does, or None (an array-array or bytes-bytes codec
-        around the sharding codec)."""
+        sharding codec does, or None: an array-array or bytes-bytes codec
+        around the sharding codec, or shards nested in its inner chunks."""
         keep_empty = bool(keep_empty)
         if keep_empty not in self._layouts:
             from zarr.codecs import ShardingCodec

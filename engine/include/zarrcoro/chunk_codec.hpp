@@ -170,8 +170,11 @@ class ChunkCodec {
   std::string describe() const;  // e.g. "bytes(little),zstd(3)"
 
   // This pipeline, encoding shards with `layout`. Raises InvalidArgument
-  // (field "layout") unless the pipeline is sharding_indexed alone, or for a
-  // Morton order over more than 2^64 codes.
+  // (field "layout") unless the pipeline is sharding_indexed alone, whose
+  // inner codecs hold no sharding_indexed (a nested shard would keep its own
+  // layout), or for a Morton order over more than 2^64 codes. A shard's
+  // inner chunk is all fill_value as drop_if_fill compares, with or without
+  // a layout.
   ChunkCodec with_shard_layout(ShardLayout layout) const;
 
   // Decodes every item into its place (a missing chunk: the fill value).
