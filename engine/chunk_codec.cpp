@@ -569,12 +569,12 @@ ChunkCodec ChunkCodec::from_codecs(const nlohmann::json& codecs, DataType dtype,
 ChunkCodec ChunkCodec::with_shard_layout(ShardLayout layout) const {
   if (!impl_->shard)
     throw InvalidArgument("", "layout", "a shard layout for " + describe() + ", which is not sharding_indexed alone");
+  if (dynamic_cast<const codecs::ShardingCodec*>(&impl_->shard->inner().array_to_bytes()))
+    throw InvalidArgument("", "layout", "a shard layout for " + describe() + ", whose inner chunks are shards");
   using Order = codecs::ShardingCodec::InnerOrder;
   const Order order = layout.order == ShardLayout::Order::morton            ? Order::morton
                       : layout.order == ShardLayout::Order::colexicographic ? Order::colexicographic
                                                                             : Order::lexicographic;
-  if (dynamic_cast<const codecs::ShardingCodec*>(&impl_->shard->inner().array_to_bytes()))
-    throw InvalidArgument("", "layout", "a shard layout for " + describe() + ", whose inner chunks are shards");
   auto impl = std::make_shared<Impl>(*impl_);
   impl->layout = impl_->shard->layout(order, layout.keep_empty);
   impl->layout.fill_as_zarr_python = true;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <limits>
 #include <map>
@@ -392,10 +393,14 @@ Bytes encode_whole(Runtime& rt, const ChunkCodec& codec, const std::vector<std::
   return *e[0].encoded;
 }
 
-std::vector<std::int32_t> decode_whole(Runtime& rt, const ChunkCodec& codec, const Bytes& encoded) {
-  std::vector<std::int32_t> out(codec.chunk_bytes() / 4, -1);
+// `box` (default: the whole chunk) of an int32 chunk, decoded in C order.
+std::vector<std::int32_t> decode_box(Runtime& rt, const ChunkCodec& codec, const Bytes& encoded, ChunkBox box = {}) {
+  std::uint64_t n = codec.chunk_bytes() / 4;
+  if (!box.count.empty()) n = std::accumulate(box.count.begin(), box.count.end(), std::uint64_t{1}, std::multiplies<>());
+  std::vector<std::int32_t> out(n, -1);
   std::vector<ChunkDecode> d(1);
   d[0].encoded = ByteSpan(encoded);
+  d[0].box = std::move(box);
   d[0].out = reinterpret_cast<std::byte*>(out.data());
   codec.decode_blocking(rt, d);
   return out;
@@ -412,7 +417,7 @@ TEST_CASE("a shard layout stores inner chunks in zarr-python's orders and keeps 
   auto order_of = [&](ShardLayout layout, const std::vector<std::int32_t>& v) {
     const ChunkCodec laid = codec.with_shard_layout(layout);
     const Bytes s = encode_whole(rt, laid, v);
-    CHECK(decode_whole(rt, laid, s) == v);
+    CHECK(decode_box(rt, laid, s) == v);
     return stored_order(s);
   };
   CHECK(stored_order(encode_whole(rt, codec, values)) == std::vector<int>{0, 1, 2, 3, 4, 5});
@@ -448,58 +453,44 @@ TEST_CASE("a partial encode of a shard keeps the bytes of the inner chunks it do
     return e[0].encoded;
   };
   auto expect = values;
-  SECTION("a box of unit steps: inner chunks (0, 0) and (1, 0) rewritten, the others neither decoded nor encoded") {
-    // Inner chunk 5, which the box does not touch, made undecodable: its bytes go over as they are.
-    const auto old = inner_chunks_of(before);
-    std::memset(before.data() + old.at(5).first, 0x5a, old.at(5).second);
-    const auto after = merge(ChunkBox{{1, 0}, {1, 1}, {2, 2}});  // rows 1-2, columns 0-1
-    REQUIRE(after);
-    CHECK(stored_order(*after) == std::vector<int>{0, 2, 1, 3, 4, 5});
-    const auto now = inner_chunks_of(*after);
-    for (int i : {1, 3, 4, 5}) {
+  // Inner chunk 5 made undecodable: a merge that does not touch it takes its bytes over as they are.
+  const auto old = inner_chunks_of(before);
+  auto damage_inner_chunk_5 = [&] { std::memset(before.data() + old.at(5).first, 0x5a, old.at(5).second); };
+  // `after` holds inner chunks `untouched` as `before` held them, in Morton order, and its rows 0-3 (inner
+  // chunks 0-3) decode to `expect`.
+  auto check_merged = [&](const Bytes& after, std::initializer_list<int> untouched) {
+    CHECK(stored_order(after) == std::vector<int>{0, 2, 1, 3, 4, 5});
+    const auto now = inner_chunks_of(after);
+    for (int i : untouched) {
       INFO("inner chunk " << i);
       REQUIRE(old.at(i).second == now.at(i).second);
-      CHECK(std::memcmp(before.data() + old.at(i).first, after->data() + now.at(i).first, old.at(i).second) == 0);
+      CHECK(std::memcmp(before.data() + old.at(i).first, after.data() + now.at(i).first, old.at(i).second) == 0);
     }
-    // The rest decodes to the merged values (inner chunk 5 alone is still undecodable).
+    CHECK(decode_box(rt, codec, after, ChunkBox{{0, 0}, {1, 1}, {4, 4}}) ==
+          std::vector<std::int32_t>(expect.begin(), expect.begin() + 16));
+  };
+  SECTION("a box of unit steps: inner chunks (0, 0) and (1, 0) rewritten, the others neither decoded nor encoded") {
+    damage_inner_chunk_5();
+    const auto after = merge(ChunkBox{{1, 0}, {1, 1}, {2, 2}});  // rows 1-2, columns 0-1
+    REQUIRE(after);
     for (std::size_t r = 1; r < 3; ++r)
       for (std::size_t c = 0; c < 2; ++c) expect[r * 4 + c] = v;
-    std::vector<std::int32_t> top(16, -1);
-    std::vector<ChunkDecode> d(1);
-    d[0].encoded = ByteSpan(*after);
-    d[0].box = ChunkBox{{0, 0}, {1, 1}, {4, 4}};
-    d[0].out = reinterpret_cast<std::byte*>(top.data());
-    codec.decode_blocking(rt, d);
-    CHECK(top == std::vector<std::int32_t>(expect.begin(), expect.begin() + 16));
+    check_merged(*after, {1, 3, 4, 5});
   }
   SECTION("a box with steps landing in every inner chunk") {
     const auto after = merge(ChunkBox{{0, 1}, {2, 2}, {3, 2}});  // rows 0, 2, 4; columns 1, 3
     REQUIRE(after);
     for (std::size_t r : {0, 2, 4})
       for (std::size_t c : {1, 3}) expect[r * 4 + c] = v;
-    CHECK(decode_whole(rt, codec, *after) == expect);
+    CHECK(decode_box(rt, codec, *after) == expect);
     CHECK(stored_order(*after) == std::vector<int>{0, 2, 1, 3, 4, 5});
   }
   SECTION("a box with steps over inner chunks: those no step lands in are neither decoded nor encoded") {
-    const auto old = inner_chunks_of(before);
-    std::memset(before.data() + old.at(5).first, 0x5a, old.at(5).second);  // undecodable, as above
+    damage_inner_chunk_5();
     const auto after = merge(ChunkBox{{0, 1}, {4, 1}, {2, 1}});  // rows 0 and 4 of column 1: inner chunks 0 and 4
     REQUIRE(after);
-    CHECK(stored_order(*after) == std::vector<int>{0, 2, 1, 3, 4, 5});
-    const auto now = inner_chunks_of(*after);
-    for (int i : {1, 2, 3, 5}) {
-      INFO("inner chunk " << i);
-      REQUIRE(old.at(i).second == now.at(i).second);
-      CHECK(std::memcmp(before.data() + old.at(i).first, after->data() + now.at(i).first, old.at(i).second) == 0);
-    }
     expect[1] = expect[17] = v;
-    std::vector<std::int32_t> top(16, -1);  // rows 0-3: inner chunks 0-3
-    std::vector<ChunkDecode> d(1);
-    d[0].encoded = ByteSpan(*after);
-    d[0].box = ChunkBox{{0, 0}, {1, 1}, {4, 4}};
-    d[0].out = reinterpret_cast<std::byte*>(top.data());
-    codec.decode_blocking(rt, d);
-    CHECK(top == std::vector<std::int32_t>(expect.begin(), expect.begin() + 16));
+    check_merged(*after, {1, 2, 3, 5});
   }
   SECTION("a box with steps into a shard that keeps empty inner chunks: only those a step lands in are stored") {
     const ChunkCodec keeping = codec.with_shard_layout({ShardLayout::Order::morton, true});
@@ -512,7 +503,7 @@ TEST_CASE("a partial encode of a shard keeps the bytes of the inner chunks it do
     CHECK(stored_order(*e[0].encoded) == std::vector<int>{0, 4});
     std::vector<std::int32_t> expect_fill(24, 0);
     expect_fill[1] = expect_fill[17] = v;
-    CHECK(decode_whole(rt, keeping, *e[0].encoded) == expect_fill);
+    CHECK(decode_box(rt, keeping, *e[0].encoded) == expect_fill);
   }
   SECTION("all fill: erased with drop_if_fill, else a shard of its index alone") {
     std::vector<std::int32_t> zeros(24, 0);
@@ -523,7 +514,7 @@ TEST_CASE("a partial encode of a shard keeps the bytes of the inner chunks it do
     CHECK_FALSE(e[0].encoded);
     REQUIRE(e[1].encoded);
     CHECK(e[1].encoded->size() == 6 * 16 + 4);
-    CHECK(decode_whole(rt, codec, *e[1].encoded) == zeros);
+    CHECK(decode_box(rt, codec, *e[1].encoded) == zeros);
   }
 }
 
