@@ -158,12 +158,14 @@ class Array(_Node):
     def __init__(self, native, runtime, url, storage_options, mode):
         super().__init__(native, runtime, url, storage_options, mode)
         self.dtype = _numpy_dtype(native)
+        self._shape = tuple(native.shape)  # a handle's shape is fixed: resize gives a new handle
+        self._strings = native.dtype_kind != "fixed"
 
     # -- description
     @property
     def shape(self):
         """Elements per dimension, as a tuple (as when this handle was opened)."""
-        return tuple(self._native.shape)
+        return self._shape
 
     @property
     def chunks(self):
@@ -209,7 +211,7 @@ class Array(_Node):
 
     # -- reading
     def _is_strings(self):
-        return self._native.dtype_kind != "fixed"
+        return self._strings
 
     def _strings_array(self, values, box, local):
         out = np.empty(len(values), self.dtype)

@@ -13,6 +13,10 @@ import numpy as np
 
 from .errors import InvalidIndex
 
+# The local indices normalize gives a slice: the whole box, nothing, or a step.
+_WHOLE = slice(None, None, 1)
+_NOTHING = slice(0, 0)
+
 
 def normalize(key, shape):
     """(start, stop, local index, result shape) for ``key`` on ``shape``.
@@ -39,11 +43,15 @@ def normalize(key, shape):
                 first, last, step = k.indices(n)
             except (TypeError, ValueError) as e:  # bounds that are not integers, step 0
                 raise InvalidIndex("invalid slice %r: %s" % (k, e)) from None
-            count = len(range(first, last, step))
+            count = (last - first if last > first else 0) if step == 1 else len(range(first, last, step))
             if count == 0:
                 start.append(0)
                 stop.append(0)
-                local.append(slice(0, 0))
+                local.append(_NOTHING)
+            elif step == 1:
+                start.append(first)
+                stop.append(last)
+                local.append(_WHOLE)
             elif step > 0:
                 hi = first + (count - 1) * step + 1
                 start.append(first)
@@ -72,9 +80,11 @@ def normalize(key, shape):
 
 
 def is_contiguous(local):
-    """True when the selection is its whole box (no steps)."""
-    return all(s == 0 or s == slice(None, None, 1) or s == slice(None, None, None) or s == slice(0, 0)
-               for s in local)
+    """True when the selection is its whole box (no steps): `local` from normalize."""
+    for s in local:
+        if s is not _WHOLE and s is not _NOTHING and s.__class__ is slice:
+            return False
+    return True
 
 
 def write_layout(start, stop, local):
