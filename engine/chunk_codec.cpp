@@ -396,7 +396,7 @@ void encode_shard(const ChunkCodec::Impl& c, const codecs::ShardingCodec& sc, Ch
       only[i] = all;
     }
     std::byte* s = scratch(c.chunk_bytes);
-    strided_copy(c.fill.data(), std::vector<std::int64_t>(rank, 0), s, c.c_strides, c.shape, es);
+    codecs::fill_elements(s, c.chunk_bytes / es, c.fill.data(), es);
     if (existing) {
       const auto index = sc.shard_index(*existing);
       Bytes decoded(sc.inner().chunk_spec().num_bytes());
@@ -435,7 +435,7 @@ void encode_one(const ChunkCodec::Impl& c, ChunkEncode& item, const Box& box) {
     if (!box.whole && item.existing && item.keep_rest) {
       c.pipeline->decode(*item.existing, MutableByteSpan(s, c.chunk_bytes));
     } else if (!box.whole) {
-      strided_copy(c.fill.data(), std::vector<std::int64_t>(c.shape.size(), 0), s, c.c_strides, c.shape, es);
+      codecs::fill_elements(s, c.chunk_bytes / es, c.fill.data(), es);
     }
     strided_copy(item.value, box.user_strides, s + box.chunk_offset, box.chunk_strides, box.count, es);
     chunk = s;

@@ -433,6 +433,11 @@ TEST_CASE("a shard layout stores inner chunks in zarr-python's orders and keeps 
   CHECK(order_of({Order::morton, true}, holed) == std::vector<int>{0, 2, 1, 3, 4, 5});
   CHECK_THROWS_AS(ChunkCodec::from_codecs(json::parse(kZstd), DataTypeKind::int32, {2, 2}).with_shard_layout({}),
                   InvalidArgument);
+  // Nested shards would keep their own (C-order) layout: refused.
+  const ChunkCodec nested = six_inner_chunks(
+      R"([{"name":"sharding_indexed","configuration":{"chunk_shape":[1,2],)"
+      R"("codecs":[{"name":"bytes","configuration":{"endian":"little"}}]}}])");
+  CHECK_THROWS_AS(nested.with_shard_layout({Order::morton}), InvalidArgument);
 }
 
 TEST_CASE("a partial encode of a shard keeps the bytes of the inner chunks it does not touch", "[chunk_codec]") {

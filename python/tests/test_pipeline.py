@@ -220,6 +220,14 @@ def test_shard_writes_match_zarr_python_for_fills_nested_shards_and_compressors(
 
     theirs, ours = write(DEFAULT, tmp_path / "theirs.zarr"), write(OURS, tmp_path / "ours.zarr")
     assert sorted(ours) == sorted(theirs) == ["c/0/0", "c/0/1", "c/1/1"]
+    with zarr.config.set(OURS):  # the engine's refusals behind the fallbacks, typed
+        native = engine_pipeline(zarr.open_array(tmp_path / "ours.zarr"))._native
+    if case == "nested":
+        with pytest.raises(zarrcoro.InvalidArgument, match="whose inner chunks are shards"):
+            native.with_shard_layout("morton", False)
+    if case == "zstd":
+        with pytest.raises(zarrcoro.InvalidArgument, match="unknown inner chunk order 'spiral'"):
+            native.with_shard_layout("spiral", False)
     if case != "zstd":
         assert ours == theirs
 

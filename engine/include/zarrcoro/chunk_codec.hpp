@@ -17,9 +17,10 @@
 // source (encode) may also have stride 0 to broadcast one value. A shard
 // (codecs: sharding_indexed alone) decodes only the inner chunks its box
 // touches, each straight to its place: its index is checked whole, its other
-// inner chunks not at all. A shard's encode with a box of unit steps
-// re-encodes only the inner chunks the box touches (the others keep their
-// stored bytes) and lays the shard out as with_shard_layout says.
+// inner chunks not at all. A shard's encode decodes and re-encodes only the
+// inner chunks its box touches (with steps: those a step lands in; the
+// others keep their stored bytes) and lays the shard out as
+// with_shard_layout says.
 //
 // Thread-safety: a ChunkCodec is an immutable, cheaply copyable handle to a
 // prepared pipeline; all members may be called concurrently from any thread.
