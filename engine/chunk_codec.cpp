@@ -12,6 +12,7 @@
 #include <mutex>
 #include <numeric>
 #include <type_traits>
+#include <utility>
 
 #include <boost/asio/post.hpp>
 #include <nlohmann/json.hpp>
@@ -27,6 +28,7 @@
 #include "engine/engine_state.hpp"
 #include "engine/node.hpp"
 #include "engine/runtime_access.hpp"
+#include "engine/shard_plan.hpp"
 
 namespace zarrcoro {
 
@@ -263,59 +265,40 @@ std::byte* scratch(std::uint64_t bytes) {
 
 // ---- the items -----------------------------------------------------------------
 
-// A box of a shard placed inner chunk by inner chunk: only the inner chunks
-// the box touches are decoded (as zarr-python's partial shard reads do), each
-// copied from a scratch of its own size straight to its place.
-void decode_shard_box(const ChunkCodec::Impl& c, const codecs::ShardingCodec& sc, ByteSpan shard,
-                      const ChunkDecode& item, const Box& box) {
-  const std::size_t rank = c.shape.size(), es = c.dtype.size();
-  const auto index = sc.shard_index(shard);
-  const codecs::CodecPipeline& inner = sc.inner();
-  const std::uint64_t inner_bytes = inner.chunk_spec().num_bytes();
+// The inner chunks of a shard that the box of `b` (made explicit in `box`)
+// touches, in C order of the inner grid: visit(number, n, dst, src), where
+// `n` counts, per dimension, the box elements in that inner chunk, `dst` is
+// the byte offset of the first from the box's element 0 in the caller's
+// memory, and `src` its byte offset in the decoded inner chunk.
+template <class Visit>
+void for_each_touched(const ChunkCodec::Impl& c, const codecs::ShardingCodec& sc, const ChunkBox& b, const Box& box,
+                      Visit visit) {
+  const std::size_t rank = c.shape.size();
   const auto& ics = sc.chunk_shape();
-  const auto inner_strides = contiguous_strides(ics, es);
-  // Per dimension: the box's first element and step in the shard, the inner
-  // chunks it spans, and the source strides of a box step in an inner chunk.
+  const auto inner_strides = contiguous_strides(ics, c.dtype.size());
+  // Per dimension: the box's first element and step in the shard, and the inner chunks it spans.
   std::vector<std::uint64_t> start(rank, 0), step(rank, 1), first(rank), last(rank), n(rank);
-  std::vector<std::int64_t> src_strides(rank);
   for (std::size_t d = 0; d < rank; ++d) {
-    if (!item.box.start.empty()) start[d] = item.box.start[d];
-    if (!item.box.step.empty() && box.count[d] > 1) step[d] = item.box.step[d];  // one element: any step
+    if (!b.start.empty()) start[d] = b.start[d];
+    if (!b.step.empty() && box.count[d] > 1) step[d] = b.step[d];  // one element: any step
     first[d] = start[d] / ics[d];
     last[d] = (start[d] + (box.count[d] - 1) * step[d]) / ics[d];
-    src_strides[d] = inner_strides[d] * static_cast<std::int64_t>(step[d]);
   }
-  const std::vector<std::int64_t> broadcast(rank, 0);
   std::vector<std::uint64_t> j = first;  // the inner chunk's coordinates in the shard
   for (;;) {
     // The box elements [lo, lo + n) that fall in inner chunk j, per dimension.
     bool touched = true;
-    std::int64_t dst_offset = 0, src_offset = 0;
+    std::int64_t dst = 0, src = 0;
     for (std::size_t d = 0; d < rank && touched; ++d) {
-      const std::uint64_t a = j[d] * ics[d], b = a + ics[d];
+      const std::uint64_t a = j[d] * ics[d], e = a + ics[d];
       const std::uint64_t lo = a <= start[d] ? 0 : (a - start[d] - 1) / step[d] + 1;
-      const std::uint64_t hi = std::min(box.count[d], (b - start[d] - 1) / step[d] + 1);  // b > start
+      const std::uint64_t hi = std::min(box.count[d], (e - start[d] - 1) / step[d] + 1);  // e > start
       touched = lo < hi;
       n[d] = hi - lo;
-      dst_offset += static_cast<std::int64_t>(lo) * box.user_strides[d];
-      src_offset += static_cast<std::int64_t>(start[d] + lo * step[d] - a) * inner_strides[d];
+      dst += static_cast<std::int64_t>(lo) * box.user_strides[d];
+      src += static_cast<std::int64_t>(start[d] + lo * step[d] - a) * inner_strides[d];
     }
-    if (touched) {
-      const std::size_t number = sc.inner_number(j);
-      std::byte* dst = item.out + dst_offset;
-      if (index.missing(number)) {
-        strided_copy(c.fill.data(), broadcast, dst, box.user_strides, n, es);
-      } else {
-        const ByteSpan bytes = shard.subspan(index.offset(number), index.nbytes(number));
-        const std::byte* chunk = bytes.data();  // a plain copy: the stored bytes are the decoded chunk
-        if (!inner.is_trivial() || bytes.size() != inner_bytes) {
-          std::byte* s = scratch(inner_bytes);
-          inner.decode(bytes, MutableByteSpan(s, inner_bytes));
-          chunk = s;
-        }
-        strided_copy(chunk + src_offset, src_strides, dst, box.user_strides, n, es);
-      }
-    }
+    if (touched) visit(sc.inner_number(j), std::as_const(n), dst, src);
     std::size_t d = rank;
     while (d > 0 && ++j[d - 1] > last[d - 1]) {
       j[d - 1] = first[d - 1];
@@ -323,6 +306,40 @@ void decode_shard_box(const ChunkCodec::Impl& c, const codecs::ShardingCodec& sc
     }
     if (d == 0) return;
   }
+}
+
+// A box of a shard placed inner chunk by inner chunk: only the inner chunks
+// the box touches are decoded (as zarr-python's partial shard reads do), each
+// copied from a scratch of its own size straight to its place. `stored(number)`
+// gives an inner chunk's stored bytes, nullopt for one the index marks missing.
+template <class Stored>
+void decode_shard_box(const ChunkCodec::Impl& c, const codecs::ShardingCodec& sc, const ChunkDecode& item,
+                      const Box& box, Stored stored) {
+  const std::size_t rank = c.shape.size(), es = c.dtype.size();
+  const codecs::CodecPipeline& inner = sc.inner();
+  const std::uint64_t inner_bytes = inner.chunk_spec().num_bytes();
+  const auto inner_strides = contiguous_strides(sc.chunk_shape(), es);
+  std::vector<std::int64_t> src_strides(rank);  // of a box step in an inner chunk
+  for (std::size_t d = 0; d < rank; ++d)
+    src_strides[d] = inner_strides[d] * static_cast<std::int64_t>(item.box.step.empty() || box.count[d] <= 1
+                                                                       ? 1
+                                                                       : item.box.step[d]);
+  const std::vector<std::int64_t> broadcast(rank, 0);
+  for_each_touched(c, sc, item.box, box,
+                   [&](std::size_t number, const std::vector<std::uint64_t>& n, std::int64_t dst, std::int64_t src) {
+                     const std::optional<ByteSpan> bytes = stored(number);
+                     if (!bytes) {
+                       strided_copy(c.fill.data(), broadcast, item.out + dst, box.user_strides, n, es);
+                       return;
+                     }
+                     const std::byte* chunk = bytes->data();  // a plain copy: the stored bytes are the decoded chunk
+                     if (!inner.is_trivial() || bytes->size() != inner_bytes) {
+                       std::byte* s = scratch(inner_bytes);
+                       inner.decode(*bytes, MutableByteSpan(s, inner_bytes));
+                       chunk = s;
+                     }
+                     strided_copy(chunk + src, src_strides, item.out + dst, box.user_strides, n, es);
+                   });
 }
 
 void decode_one(const ChunkCodec::Impl& c, const ChunkDecode& item, const Box& box) {
@@ -339,7 +356,11 @@ void decode_one(const ChunkCodec::Impl& c, const ChunkDecode& item, const Box& b
     return;
   }
   if (c.shard) {
-    decode_shard_box(c, *c.shard, encoded, item, box);
+    const auto index = c.shard->shard_index(encoded);
+    decode_shard_box(c, *c.shard, item, box, [&](std::size_t k) -> std::optional<ByteSpan> {
+      if (index.missing(k)) return std::nullopt;
+      return encoded.subspan(index.offset(k), index.nbytes(k));
+    });
     return;
   }
   const std::byte* chunk;
@@ -754,32 +775,45 @@ ReadOptions whole_value(const ChunkCodec::Impl& c) {
   return o;
 }
 
-// Reads the values of items `todo` into b->values on the io_context (what
-// the store holds at once first, together), then runs `then(error)`.
+// Store reads of one batch: read k asks for item[k]'s key with options[k]
+// and gets result[k].
+struct Reads {
+  std::vector<std::size_t> item;
+  std::vector<ReadOptions> options;
+  std::vector<ReadResult> result;
+  void add(std::size_t i, ReadOptions o) {
+    item.push_back(i);
+    options.push_back(std::move(o));
+  }
+};
+
+// Runs `reads` on the io_context (what the store holds at once first,
+// together; the rest at most max_inflight_requests at once), then
+// `then(error)`, once, after the last has ended.
 template <class Item>
-void read_values(const std::shared_ptr<StoreBatch<Item>>& b, std::vector<std::size_t> todo,
-                 std::function<void(std::exception_ptr)> then) {
-  asio::post(b->rt->io_executor(), [b, todo = std::move(todo), then = std::move(then)]() mutable {
-    const ChunkCodec::Impl& c = b->codec.impl();
+void read_all(const std::shared_ptr<StoreBatch<Item>>& b, std::shared_ptr<Reads> reads,
+              std::function<void(std::exception_ptr)> then) {
+  asio::post(b->rt->io_executor(), [b, reads = std::move(reads), then = std::move(then)]() mutable {
+    const std::size_t n = reads->item.size();
+    reads->result.assign(n, ReadResult{});
     std::vector<std::size_t> waiting;
     std::exception_ptr error = caught([&] {
       std::vector<std::string> keys;
-      keys.reserve(todo.size());
-      for (std::size_t i : todo) keys.push_back(b->items[i].key);
-      std::vector<ReadOptions> options(todo.size(), whole_value(c));
-      std::vector<ReadNow> now(todo.size());
-      b->store->try_read_now_many(keys, options, now);
-      for (std::size_t k = 0; k < todo.size(); ++k) {
+      keys.reserve(n);
+      for (std::size_t i : reads->item) keys.push_back(b->items[i].key);
+      std::vector<ReadNow> now(n);
+      b->store->try_read_now_many(keys, reads->options, now);
+      for (std::size_t k = 0; k < n; ++k) {
         if (now[k].error) std::rethrow_exception(now[k].error);
-        if (now[k].result) b->values[todo[k]] = std::move(now[k].result->value);
-        else waiting.push_back(todo[k]);
+        if (now[k].result) reads->result[k] = std::move(*now[k].result);
+        else waiting.push_back(k);
       }
     });
     if (error) return then(std::move(error));
-    auto start = [b](std::size_t i, StoreRequests::Done done) {
-      b->store->async_read(b->items[i].key, whole_value(b->codec.impl()),
-                           [b, i, done = std::move(done)](std::exception_ptr e, ReadResult r) {
-                             if (!e) b->values[i] = std::move(r.value);
+    auto start = [b, reads](std::size_t k, StoreRequests::Done done) {
+      b->store->async_read(b->items[reads->item[k]].key, reads->options[k],
+                           [reads, k, done = std::move(done)](std::exception_ptr e, ReadResult r) {
+                             if (!e) reads->result[k] = std::move(r);
                              done(std::move(e));
                            });
     };
@@ -789,14 +823,232 @@ void read_values(const std::shared_ptr<StoreBatch<Item>>& b, std::vector<std::si
   });
 }
 
-// Checks every item's box before anything is read or written.
+// Reads the whole values of items `todo` into b->values, then runs `then(error)`.
 template <class Item>
-void check_items(Runtime& rt, const ChunkCodec::Impl& c, std::span<Item> items) {
+void read_values(const std::shared_ptr<StoreBatch<Item>>& b, const std::vector<std::size_t>& todo,
+                 std::function<void(std::exception_ptr)> then) {
+  auto reads = std::make_shared<Reads>();
+  for (std::size_t i : todo) reads->add(i, whole_value(b->codec.impl()));
+  read_all(b, reads, [b, reads, then = std::move(then)](std::exception_ptr e) {
+    if (!e)
+      for (std::size_t k = 0; k < reads->item.size(); ++k) b->values[reads->item[k]] = std::move(reads->result[k].value);
+    then(std::move(e));
+  });
+}
+
+// Checks every item's box before anything is read or written; returns the boxes.
+template <class Item>
+std::vector<Box> check_items(Runtime& rt, const ChunkCodec::Impl& c, std::span<Item> items) {
+  std::vector<Box> boxes;
+  boxes.reserve(items.size());
   for (const Item& item : items) {
     check_size(rt, c, item.key);
-    if constexpr (std::is_same_v<Item, ChunkDecode>) (void)resolve(c, item.box, item.out_strides, item.key);
-    else (void)resolve(c, item.box, item.value_strides, item.key);
+    boxes.push_back(resolve(c, item.box, strides_of(item), item.key));
   }
+  return boxes;
+}
+
+// ---- reads of parts of shards ----------------------------------------------------
+
+// An item of a read whose box is part of a shard (codecs: sharding_indexed
+// alone): its index first, then the inner chunks the box touches by byte
+// ranges, coalesced as Array coalesces them, each read on the condition that
+// the shard is still the one the index came from.
+struct ShardPart {
+  bool by_ranges = false;  // false: the whole value (StoreBatch::values), as for other items
+  Generation generation;   // of the index read
+  std::optional<Bytes> index;
+  std::vector<detail::InnerPiece> pieces;  // the inner chunks touched, in for_each_touched's order
+  detail::ShardReadPlan plan;
+  std::vector<Bytes> buffers;  // by plan.ranges
+};
+
+struct ReadBatch : StoreBatch<ChunkDecode> {
+  ReadBatch(Runtime& r, std::shared_ptr<Store> s, ChunkCodec c, std::span<ChunkDecode> i, std::vector<Box> b,
+            detail::AnyCompletion<void> h)
+      : StoreBatch(r, std::move(s), std::move(c), i, std::move(h)), boxes(std::move(b)) {}
+  std::vector<Box> boxes;        // by item
+  std::vector<ShardPart> parts;  // by item; empty when no item reads by ranges
+  bool by_ranges(std::size_t i) const { return !parts.empty() && parts[i].by_ranges; }
+};
+
+void locate_inner_chunks(const std::shared_ptr<ReadBatch>& b);
+void read_inner_chunks(const std::shared_ptr<ReadBatch>& b);
+void decode_read(const std::shared_ptr<ReadBatch>& b);
+
+// Reads items `whole` of a batch whole after all (their shards changed, or
+// the store cannot tell), then runs `next(b)`.
+void read_whole(const std::shared_ptr<ReadBatch>& b, const std::vector<std::size_t>& whole,
+                void (*next)(const std::shared_ptr<ReadBatch>&)) {
+  if (whole.empty()) return next(b);
+  std::exception_ptr error = caught([&] {
+    for (std::size_t i : whole) check_size(*b->rt, b->codec.impl(), b->items[i].key);
+  });
+  if (error) return b->complete(std::move(error));
+  read_values<ChunkDecode>(b, whole, [b, next](std::exception_ptr e) {
+    if (e) return b->complete(std::move(e));
+    next(b);
+  });
+}
+
+// The indexes are in (StoreBatch::values for the items read whole).
+void indexes_read(const std::shared_ptr<ReadBatch>& b, Reads& reads) {
+  std::vector<std::size_t> whole;
+  for (std::size_t k = 0; k < reads.item.size(); ++k) {
+    const std::size_t i = reads.item[k];
+    ReadResult& got = reads.result[k];
+    ShardPart* p = b->by_ranges(i) ? &b->parts[i] : nullptr;
+    if (!p) {
+      b->values[i] = std::move(got.value);
+    } else if (!got.value) {
+      p->by_ranges = false;  // no shard: the fill value
+    } else if (got.generation.unknown()) {
+      p->by_ranges = false;  // a store without versions: no index and inner chunks of one shard but a whole read
+      whole.push_back(i);
+    } else {
+      p->index = std::move(got.value);
+      p->generation = std::move(got.generation);
+    }
+  }
+  read_whole(b, whole, locate_inner_chunks);
+}
+
+// The ranges of each item's inner chunks, from its index: on the pool where
+// the index has a checksum to verify, else at once (a copy of the entries).
+void locate_inner_chunks(const std::shared_ptr<ReadBatch>& b) {
+  std::vector<std::size_t> todo;
+  for (std::size_t i = 0; i < b->items.size(); ++i)
+    if (b->by_ranges(i)) todo.push_back(i);
+  if (todo.empty()) return decode_read(b);
+  const ChunkCodec::Impl& c = b->codec.impl();
+  auto locate = [b](std::size_t i) {
+    const ChunkCodec::Impl& c = b->codec.impl();
+    ShardPart& p = b->parts[i];
+    const ChunkDecode& item = b->items[i];
+    try {
+      const auto index = c.shard->decode_index(*p.index);
+      p.index.reset();
+      for_each_touched(c, *c.shard, item.box, b->boxes[i],
+                       [&](std::size_t number, const auto&, std::int64_t, std::int64_t) {
+                         p.pieces.emplace_back().number = number;
+                       });
+      const RuntimeOptions& o = b->rt->options();
+      p.plan = detail::plan_shard_reads(index, p.pieces, {o.coalesce_gap, o.coalesce_max});
+    } catch (...) {
+      rethrow_keyed(item.key);
+    }
+  };
+  if (c.shard->index_trivial()) {
+    std::exception_ptr error = caught([&] {
+      for (std::size_t i : todo) locate(i);
+    });
+    if (error) return b->complete(std::move(error));
+    return read_inner_chunks(b);
+  }
+  auto job = std::make_shared<Job>();
+  job->rt = b->rt;
+  job->n = todo.size();
+  job->run = [locate, todo](std::size_t k) { locate(todo[k]); };
+  job->handler.emplace(detail::AnyCompletion<void>([b](std::exception_ptr e) {
+    if (e) return b->complete(std::move(e));
+    read_inner_chunks(b);
+  }));
+  submit(*b->rt, std::move(job), todo.size() * c.shard->index_bytes());
+}
+
+// The planned ranges. A shard replaced or erased since its index was read
+// is read whole instead (one version); a range shorter than the index says
+// of the shard it came from is CorruptChunk.
+void read_inner_chunks(const std::shared_ptr<ReadBatch>& b) {
+  auto reads = std::make_shared<Reads>();
+  for (std::size_t i = 0; i < b->items.size(); ++i) {
+    if (!b->by_ranges(i)) continue;
+    for (const detail::ShardRange& r : b->parts[i].plan.ranges) {
+      ReadOptions o;
+      o.range = ByteRange::from(r.begin, r.end - r.begin);
+      o.if_equal = b->parts[i].generation;
+      o.need_generation = false;
+      reads->add(i, std::move(o));
+    }
+  }
+  if (reads->item.empty()) return decode_read(b);  // every inner chunk touched is missing
+  read_all<ChunkDecode>(b, reads, [b, reads](std::exception_ptr e) {
+    if (e) return b->complete(std::move(e));
+    std::vector<std::size_t> whole;
+    e = caught([&] {
+      for (std::size_t k = 0; k < reads->item.size();) {
+        const std::size_t i = reads->item[k];
+        ShardPart& p = b->parts[i];
+        bool current = true;
+        for (const detail::ShardRange& r : p.plan.ranges) {
+          ReadResult& got = reads->result[k++];
+          current = current && !got.changed && got.value;
+          if (!current) continue;
+          if (got.value->size() != r.end - r.begin)
+            throw CorruptChunk(b->items[i].key, "sharding_indexed",
+                               "the shard is shorter than its index says (bytes " + std::to_string(r.begin) + "-" +
+                                   std::to_string(r.end) + ")");
+          for (std::size_t j = r.first; j < r.last; ++j) {
+            detail::InnerPiece& piece = p.pieces[p.plan.order[j]];
+            piece.buffer = p.buffers.size();
+            piece.offset -= r.begin;
+          }
+          p.buffers.push_back(std::move(*got.value));
+        }
+        if (!current) {
+          p = ShardPart{};
+          whole.push_back(i);
+        }
+      }
+    });
+    if (e) return b->complete(std::move(e));
+    read_whole(b, whole, decode_read);
+  });
+}
+
+// Item i's box from the inner chunks read by ranges.
+void decode_pieces(const ChunkCodec::Impl& c, const ChunkDecode& item, const Box& box, const ShardPart& p) {
+  std::size_t k = 0;  // the pieces are in the order decode_shard_box asks for them
+  decode_shard_box(c, *c.shard, item, box, [&](std::size_t) -> std::optional<ByteSpan> {
+    const detail::InnerPiece& piece = p.pieces[k++];
+    if (piece.buffer == detail::InnerPiece::kAbsent) return std::nullopt;
+    return ByteSpan(p.buffers[piece.buffer]).subspan(piece.offset, piece.size);
+  });
+}
+
+// Every item into place, in one pool submission.
+void decode_read(const std::shared_ptr<ReadBatch>& b) {
+  const ChunkCodec::Impl& c = b->codec.impl();
+  std::uint64_t bytes = 0;
+  for (std::size_t i = 0; i < b->items.size(); ++i) {
+    ChunkDecode& item = b->items[i];
+    item.found = b->values[i].has_value() || b->by_ranges(i);
+    item.encoded = b->values[i] ? std::optional<ByteSpan>(ByteSpan(*b->values[i])) : std::nullopt;
+    bytes += b->by_ranges(i) ? b->boxes[i].elements * c.dtype.size() : c.chunk_bytes;
+  }
+  auto job = std::make_shared<Job>();
+  job->rt = b->rt;
+  job->n = b->items.size();
+  job->handler.emplace(detail::AnyCompletion<void>([b](std::exception_ptr e) {
+    for (auto& item : b->items) item.encoded.reset();
+    b->complete(std::move(e));
+  }));
+  job->run = [b](std::size_t i) {
+    const ChunkCodec::Impl& c = b->codec.impl();
+    const ChunkDecode& item = b->items[i];
+    try {
+      if (b->by_ranges(i)) {
+        count(*b->rt, !c.shard->inner().is_trivial());
+        decode_pieces(c, item, b->boxes[i], b->parts[i]);
+      } else {
+        count(*b->rt, item.encoded && !c.pipeline->is_trivial());
+        decode_one(c, item, b->boxes[i]);
+      }
+    } catch (...) {
+      rethrow_keyed(item.key);
+    }
+  };
+  submit(*b->rt, std::move(job), bytes);
 }
 
 }  // namespace
@@ -805,24 +1057,37 @@ namespace detail {
 
 void start_read(Runtime& rt, std::shared_ptr<Store> store, const ChunkCodec& codec, std::span<ChunkDecode> items,
                 AnyCompletion<void> handler) {
-  std::exception_ptr error = caught([&] { check_items(rt, codec.impl(), items); });
+  const ChunkCodec::Impl& c = codec.impl();
+  std::vector<Box> boxes;
+  std::vector<char> ranged(items.size(), 0);
+  std::exception_ptr error = caught([&] {
+    boxes.reserve(items.size());
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      const ChunkDecode& item = items[i];
+      boxes.push_back(resolve(c, item.box, item.out_strides, item.key));
+      check_memory(item, boxes.back());
+      ranged[i] = c.shard && !boxes[i].whole && boxes[i].elements > 0;
+      if (!ranged[i]) check_size(rt, c, item.key);  // a shard read by ranges is never held whole
+    }
+  });
   if (error) return fail_through_pool(rt, std::move(handler), std::move(error));
-  auto b = std::make_shared<StoreBatch<ChunkDecode>>(rt, std::move(store), codec, items, std::move(handler));
-  std::vector<std::size_t> all(items.size());
-  std::iota(all.begin(), all.end(), std::size_t{0});
-  read_values(b, std::move(all), [b](std::exception_ptr e) {
-    if (e) {
-      b->complete(std::move(e));
-      return;
+  auto b = std::make_shared<ReadBatch>(rt, std::move(store), codec, items, std::move(boxes), std::move(handler));
+  auto reads = std::make_shared<Reads>();
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (!ranged[i]) {
+      reads->add(i, whole_value(c));
+      continue;
     }
-    for (std::size_t i = 0; i < b->items.size(); ++i) {
-      b->items[i].found = b->values[i].has_value();
-      b->items[i].encoded = b->values[i] ? std::optional<ByteSpan>(ByteSpan(*b->values[i])) : std::nullopt;
-    }
-    start_decode(*b->rt, b->codec, b->items, AnyCompletion<void>([b](std::exception_ptr e) {
-                   for (auto& item : b->items) item.encoded.reset();
-                   b->complete(std::move(e));
-                 }));
+    if (b->parts.empty()) b->parts.resize(items.size());
+    b->parts[i].by_ranges = true;
+    ReadOptions o;
+    const std::uint64_t n = c.shard->index_bytes();
+    o.range = c.shard->index_at_start() ? ByteRange::from(0, n) : ByteRange::last(n);
+    reads->add(i, std::move(o));
+  }
+  read_all<ChunkDecode>(b, reads, [b, reads](std::exception_ptr e) {
+    if (e) return b->complete(std::move(e));
+    indexes_read(b, *reads);
   });
 }
 
@@ -831,10 +1096,9 @@ void start_write(Runtime& rt, std::shared_ptr<Store> store, const ChunkCodec& co
   const ChunkCodec::Impl& c = codec.impl();
   std::vector<std::size_t> partial;  // items that keep what their box does not cover: read first
   std::exception_ptr error = caught([&] {
-    check_items(rt, c, items);
+    const std::vector<Box> boxes = check_items(rt, c, items);
     for (std::size_t i = 0; i < items.size(); ++i)
-      if (items[i].keep_rest && !resolve(c, items[i].box, items[i].value_strides, items[i].key).whole)
-        partial.push_back(i);
+      if (items[i].keep_rest && !boxes[i].whole) partial.push_back(i);
   });
   if (error) return fail_through_pool(rt, std::move(handler), std::move(error));
   auto b = std::make_shared<StoreBatch<ChunkEncode>>(rt, std::move(store), codec, items, std::move(handler));

@@ -23,6 +23,7 @@
 #include <zarrcoro/chunk_codec.hpp>
 #include <zarrcoro/error.hpp>
 #include <zarrcoro/runtime.hpp>
+#include <zarrcoro/store/counting.hpp>
 #include <zarrcoro/store/filesystem.hpp>
 #include <zarrcoro/store/memory.hpp>
 
@@ -779,6 +780,207 @@ TEST_CASE("the store forms: read and decode into place, encode and store, on a f
     } catch (const InvalidArgument& e) {
       CHECK(e.key() == "../escape");
     }
+  }
+}
+
+// A memory store that answers no read at once and, holding a
+// `replacement`, puts it under `key` right after the next read of a suffix
+// of it: another writer between a shard's index and its inner chunks.
+// Without `versions`, its reads tell no generation (as a store that cannot
+// version values), and refuse a condition.
+struct ShardSwappingStore final : MemoryStore {
+  std::string key = "c/0/0";
+  std::optional<Bytes> replacement;
+  bool versions = true;
+  std::optional<ReadResult> try_read_now(const std::string&, const ReadOptions&) override { return std::nullopt; }
+  void try_read_now_many(std::span<const std::string>, std::span<const ReadOptions>, std::span<ReadNow>) override {}
+  awaitable<ReadResult> read(std::string k, ReadOptions options) override {
+    if (!versions && !options.if_equal.unknown()) throw UnsupportedError(k, "if_equal", "no versions");
+    auto r = co_await MemoryStore::read(k, options);
+    if (!versions) r.generation = Generation{};
+    if (replacement && k == key && options.range.kind == ByteRange::Kind::suffix) {
+      Bytes next = std::move(*replacement);
+      replacement.reset();
+      co_await set(std::move(k), std::move(next));
+    }
+    co_return r;
+  }
+};
+
+TEST_CASE("the store form reads part of a shard by byte ranges: its index, then the inner chunks the box touches",
+          "[chunk_codec]") {
+  Runtime rt(RuntimeOptions{.codec_threads = 2});
+  // An 8 x 12 shard of 4 x 4 inner chunks (2 x 3 of them); inner chunk (1, 2) is all fill, so not stored.
+  const char* inner = R"("codecs":[{"name":"bytes","configuration":{"endian":"little"}},{"name":"zstd"}])";
+  const ChunkCodec codec = ChunkCodec::from_codecs(
+      json::parse(std::string(R"([{"name":"sharding_indexed","configuration":{"chunk_shape":[4,4],)") + inner + "}}]"),
+      DataTypeKind::int32, {8, 12});
+  // The same shards, their index first and without a checksum.
+  const ChunkCodec plain_index = ChunkCodec::from_codecs(
+      json::parse(std::string(R"([{"name":"sharding_indexed","configuration":{"chunk_shape":[4,4],)") + inner +
+                  R"(,"index_codecs":[{"name":"bytes","configuration":{"endian":"little"}}],)"
+                  R"("index_location":"start"}}])"),
+      DataTypeKind::int32, {8, 12});
+  auto values = [](std::int32_t base) {
+    std::vector<std::int32_t> v(96);
+    for (int r = 0; r < 8; ++r)
+      for (int c = 0; c < 12; ++c) v[static_cast<std::size_t>(r * 12 + c)] = r >= 4 && c >= 8 ? 0 : base + 12 * r + c + 1;
+    return v;
+  };
+  auto encode = [&](const ChunkCodec& cc, const std::vector<std::int32_t>& v) {
+    std::vector<ChunkEncode> enc(1);
+    enc[0].value = reinterpret_cast<const std::byte*>(v.data());
+    cc.encode_blocking(rt, enc);
+    return *enc[0].encoded;
+  };
+  auto swapping = std::make_shared<ShardSwappingStore>();
+  auto store = std::make_shared<CountingStore>(swapping);
+  Bytes shard = encode(codec, values(0));
+  auto put = [&](Bytes v) { swapping->async_set("c/0/0", std::move(v), asio::use_future).get(); };
+  put(shard);
+  bool found = false;
+  Runtime* runtime = &rt;
+  auto read = [&](ChunkBox box, std::size_t n, const ChunkCodec& cc, std::string key = "c/0/0") {
+    std::vector<std::int32_t> out(n, -1);
+    std::vector<ChunkDecode> d(1);
+    d[0].key = std::move(key);
+    d[0].box = std::move(box);
+    d[0].out = reinterpret_cast<std::byte*>(out.data());
+    store->reset();
+    runtime->reset_stats();
+    cc.async_read(*runtime, store, d, asio::use_future).get();
+    found = d[0].found;
+    CHECK_FALSE(d[0].encoded);
+    return out;
+  };
+  auto kinds = [&] {
+    std::vector<ByteRange::Kind> k;
+    for (const auto& [key, range] : store->gets_log()) k.push_back(range.kind);
+    return k;
+  };
+  using Kind = ByteRange::Kind;
+  const ChunkBox steps{{1, 2}, {3, 4}, {3, 3}};  // rows 1, 4, 7; columns 2, 6, 10
+  const std::vector<std::int32_t> at_steps{15, 19, 23, 51, 55, 0, 87, 91, 0};
+
+  SECTION("the index, then the inner chunks touched in one range; a missing one reads as fill") {
+    CHECK(read(steps, 9, codec) == at_steps);
+    CHECK(found);
+    CHECK(kinds() == std::vector<Kind>{Kind::suffix, Kind::range});
+    CHECK(store->gets_log()[0].second.length == 6 * 16 + 4);  // the index and its crc32c
+    CHECK(rt.stats().pool_submissions == 2);                   // the index's checksum, then the inner chunks
+  }
+  SECTION("an inner chunk outside the box is never read") {
+    std::uint64_t offset = 0, nbytes = 0;  // inner chunk (0, 0), from the index at the end
+    std::memcpy(&offset, shard.data() + shard.size() - 4 - 6 * 16, 8);
+    std::memcpy(&nbytes, shard.data() + shard.size() - 4 - 6 * 16 + 8, 8);
+    std::memset(shard.data() + offset, 0x5a, nbytes);
+    put(shard);
+    const auto out = read(ChunkBox{{4, 4}, {1, 1}, {4, 4}}, 16, codec);  // inner chunk (1, 1) alone
+    for (std::size_t k = 0; k < 16; ++k) CHECK(out[k] == static_cast<std::int32_t>(12 * (4 + k / 4) + 4 + k % 4 + 1));
+    try {
+      read(ChunkBox{{3, 3}, {1, 1}, {2, 2}}, 4, codec);  // touches (0, 0)
+      FAIL("no error");
+    } catch (const CorruptChunk& e) {
+      CHECK(e.key() == "c/0/0");
+    }
+  }
+  SECTION("no shard: the fill value, from one read") {
+    CHECK(read(steps, 9, codec, "c/9/9") == std::vector<std::int32_t>(9, 0));
+    CHECK_FALSE(found);
+    CHECK(kinds() == std::vector<Kind>{Kind::suffix});
+  }
+  SECTION("only missing inner chunks touched: the index alone") {
+    CHECK(read(ChunkBox{{5, 9}, {1, 1}, {2, 2}}, 4, codec) == std::vector<std::int32_t>(4, 0));
+    CHECK(found);
+    CHECK(kinds() == std::vector<Kind>{Kind::suffix});
+  }
+  SECTION("a shard replaced between its index and its inner chunks is read whole: the new one") {
+    swapping->replacement = encode(codec, values(1000));
+    CHECK(read(steps, 9, codec) == std::vector<std::int32_t>{1015, 1019, 1023, 1051, 1055, 0, 1087, 1091, 0});
+    CHECK(kinds() == std::vector<Kind>{Kind::suffix, Kind::range, Kind::full});
+  }
+  SECTION("an index first without a checksum is located at once: one pool submission") {
+    put(encode(plain_index, values(0)));
+    CHECK(read(steps, 9, plain_index) == at_steps);
+    CHECK(kinds() == std::vector<Kind>{Kind::range, Kind::range});
+    CHECK(store->gets_log()[0].second.offset == 0);
+    CHECK(store->gets_log()[0].second.length == 6 * 16);
+    CHECK(rt.stats().pool_submissions == 1);
+  }
+  SECTION("a shard shorter than its index says is corrupt, named by its key") {
+    Bytes cut = encode(plain_index, values(0));
+    cut.resize(cut.size() - 3);
+    put(cut);
+    try {
+      read(steps, 9, plain_index);
+      FAIL("no error");
+    } catch (const CorruptChunk& e) {
+      CHECK(e.key() == "c/0/0");
+    }
+    CHECK(kinds() == std::vector<Kind>{Kind::range, Kind::range});
+  }
+  SECTION("a store without versions: the index, then the shard whole (no index and inner chunks of two shards)") {
+    swapping->versions = false;
+    CHECK(read(steps, 9, codec) == at_steps);
+    CHECK(kinds() == std::vector<Kind>{Kind::suffix, Kind::full});
+  }
+  SECTION("inner chunks far apart: a range each (coalesce_gap 0); an index at the end without a checksum") {
+    Runtime apart(RuntimeOptions{.codec_threads = 2, .coalesce_gap = 0});
+    runtime = &apart;
+    const ChunkCodec end_index = ChunkCodec::from_codecs(
+        json::parse(std::string(R"([{"name":"sharding_indexed","configuration":{"chunk_shape":[4,4],)") + inner +
+                    R"(,"index_codecs":[{"name":"bytes","configuration":{"endian":"little"}}]}}])"),
+        DataTypeKind::int32, {8, 12});
+    put(encode(end_index, values(0)));
+    const ChunkBox apart_box{{0, 0}, {1, 8}, {1, 2}};  // inner chunks (0, 0) and (0, 2), (0, 1) between them
+    CHECK(read(apart_box, 2, end_index) == std::vector<std::int32_t>{1, 9});
+    CHECK(kinds() == std::vector<Kind>{Kind::suffix, Kind::range, Kind::range});
+    CHECK(apart.stats().pool_submissions == 1);
+  }
+  SECTION("a shard over max_chunk_bytes is read by ranges, never whole") {
+    Runtime small(RuntimeOptions{.codec_threads = 2, .max_chunk_bytes = 256});  // the shard decodes to 384 bytes
+    runtime = &small;
+    CHECK(read(steps, 9, codec) == at_steps);
+    try {
+      read(ChunkBox{}, 96, codec);
+      FAIL("no error");
+    } catch (const UnsupportedError& e) {
+      CHECK(e.key() == "c/0/0");
+      CHECK(e.field() == "chunk_grid");
+    }
+    swapping->replacement = encode(codec, values(1000));  // then read whole: refused as well
+    CHECK_THROWS_AS(read(steps, 9, codec), UnsupportedError);
+  }
+  SECTION("a batch of shards read whole, by ranges, missing, and replaced in between") {
+    swapping->key = "c/0/1";
+    put(encode(codec, values(0)));
+    swapping->async_set("c/0/1", encode(codec, values(0)), asio::use_future).get();
+    swapping->async_set("c/1/0", encode(codec, values(2000)), asio::use_future).get();
+    swapping->replacement = encode(codec, values(1000));
+    std::vector<std::int32_t> out(9 + 9 + 96 + 9, -1);
+    std::vector<ChunkDecode> d(4);
+    const char* keys[] = {"c/0/0", "c/0/1", "c/1/0", "c/9/9"};
+    std::size_t at = 0;
+    for (std::size_t k = 0; k < 4; ++k) {
+      d[k].key = keys[k];
+      if (k != 2) d[k].box = steps;
+      d[k].out = reinterpret_cast<std::byte*>(out.data() + at);
+      at += k == 2 ? 96 : 9;
+    }
+    store->reset();
+    codec.async_read(rt, store, d, asio::use_future).get();
+    std::vector<std::int32_t> expected = at_steps;
+    for (std::int32_t v : at_steps) expected.push_back(v == 0 ? 0 : v + 1000);
+    for (std::int32_t v : values(2000)) expected.push_back(v);
+    for (int k = 0; k < 9; ++k) expected.push_back(0);
+    CHECK(out == expected);
+    CHECK((d[0].found && d[1].found && d[2].found && !d[3].found));
+    std::map<std::string, std::vector<Kind>> by_key;
+    for (const auto& [key, range] : store->gets_log()) by_key[key].push_back(range.kind);
+    CHECK(by_key["c/0/0"] == std::vector<Kind>{Kind::suffix, Kind::range});
+    CHECK(by_key["c/0/1"] == std::vector<Kind>{Kind::suffix, Kind::range, Kind::full});
+    CHECK(by_key["c/1/0"] == std::vector<Kind>{Kind::full});
+    CHECK(by_key["c/9/9"] == std::vector<Kind>{Kind::suffix});
   }
 }
 

@@ -29,14 +29,14 @@ them), each shard laid out as zarr-python's sharding codec lays it out (its
 compares, stored only with ``write_empty_chunks``), so the bytes are the
 same for the same encoded inner chunks; a part of a shard is merged into
 the stored shard, whose untouched inner chunks keep their bytes. A whole
-shard read is the engine's; a read of part of a shard goes
-through zarr-python's sharding codec (its byte-range reads and its index,
-on the loop's thread), whose inner chunks come back to this pipeline
-(``from_codecs``) and so to the engine in batches; but where the whole shard
-is at hand (a MemoryStore's value, or a LocalStore's file of up to 1 MiB
-decoded, which the engine reads whole), a read of a box of it (slices and
-integers) is the engine's too, which decodes only the inner chunks the box
-touches.
+shard read is the engine's, and so is a read of a box (slices and
+integers) of a shard in a MemoryStore or in the array's LocalStore: the
+engine reads a local shard's index, then the inner chunks the box touches
+by byte ranges, and decodes only those. Other reads of parts of shards
+(remote stores, other selections) go through zarr-python's sharding codec
+(its byte-range reads and its index, on the loop's thread), whose inner
+chunks come back to this pipeline (``from_codecs``) and so to the engine in
+batches.
 
 What the engine does not carry falls back to zarr-python's own
 BatchedCodecPipeline for that array, with one log line (logger
@@ -62,7 +62,6 @@ import asyncio
 import atexit
 import json
 import logging
-import math
 import os
 import weakref
 from typing import TYPE_CHECKING, Any
@@ -89,10 +88,6 @@ _DEFAULT_BATCH = 64
 # The most chunks ChunkCodec.read_now takes (engine/caller_read.hpp, kCallerReadChunks): larger batches skip it
 # rather than hand it their items for nothing.
 _AT_ONCE_CHUNKS = 4
-# A read of part of a LocalStore shard up to this size (decoded) reads the whole file in the engine, rather than
-# its index and inner chunks by byte ranges through zarr-python's sharding codec: a page-cached MiB costs less
-# than zarr-python's own work per shard.
-_LOCAL_SHARD_BYTES = 1 << 20
 # NumPy kinds the engine holds as fixed-size elements: bool, integers,
 # floats, complex, S<n>, U<n>, structured records.
 _KINDS = frozenset("biufcSUV")
@@ -348,8 +343,8 @@ class CodecPipeline(_ZarrCodecPipeline):
         self._local_root = os.path.abspath(str(store.root)) if self._local is not None else None
         self._chunk_store = None
         self._chunk_store_pid = None
-        # Sharded arrays read the parts of shards _shards_at_hand leaves (remote stores, large local shards,
-        # selections other than boxes) through zarr-python's sharding codec (its partial reads; the inner chunks'
+        # Sharded arrays read the parts of shards _shards_at_hand leaves (remote stores, selections other
+        # than boxes) through zarr-python's sharding codec (its partial reads; the inner chunks'
         # codec work comes back to the engine through from_codecs); other shard reads, and the shard writes of
         # basic selections (_write_shards), are the engine's.
         self._sharded = _has_sharding(fallback)
@@ -604,22 +599,18 @@ class CodecPipeline(_ZarrCodecPipeline):
 
     def _shards_at_hand(self, batch, drop_axes) -> bool:
         """True if the engine takes this batch of shards: each is read whole,
-        or the parts read are boxes (slices and integers) of shards whose bytes
-        are at hand (a MemoryStore's value; a LocalStore's file of at most
-        _LOCAL_SHARD_BYTES decoded, which the engine reads whole), of which the
-        engine decodes only the inner chunks the boxes touch. Other parts of
-        shards are left to zarr-python's sharding codec, which reads the index
-        and those inner chunks alone."""
+        or the parts read are boxes (slices and integers) of shards in a
+        MemoryStore (whose values are at hand) or in the array's LocalStore
+        (which the engine reads itself: a shard's index, then the inner chunks
+        the box touches, by byte ranges). The engine decodes only those inner
+        chunks. Other parts of shards are left to zarr-python's sharding
+        codec, which reads the index and those inner chunks alone."""
         parts = [(spec, chunk_sel, out_sel) for _, spec, chunk_sel, out_sel, complete in batch if not complete]
         if not parts:
             return True
         if drop_axes or not all(_is_basic(o) and _chunk_box(s.shape, c) is not None for s, c, o in parts):
             return False
-        if _in_memory(batch):
-            return True
-        spec = batch[0][1]
-        small = math.prod(spec.shape) * spec.dtype.to_native_dtype().itemsize <= _LOCAL_SHARD_BYTES
-        return small and self._engine_store(batch) is not None
+        return _in_memory(batch) or self._engine_store(batch) is not None
 
     def _engine_array(self, out, batch):
         """The NumPy array behind `out` if the engine can write it, else None."""

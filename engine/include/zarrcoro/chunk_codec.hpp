@@ -44,9 +44,17 @@
 // answered together by Store::try_read_now_many), the codec work is one pool
 // submission as above. Reads and writes are unconditional, whole values, as
 // zarr-python's own pipeline does them (no protection against another
-// writer of the same chunk in between; Array is the API with that). The
-// store must outlive the operation. Store errors complete the batch with
-// StoreError naming the key.
+// writer of the same chunk in between; Array is the API with that), except
+// that a read of part of a shard (a box short of the whole shard) reads the
+// shard's index, then by byte ranges the inner chunks the box touches
+// (coalesced as Array coalesces them, RuntimeOptions::coalesce_gap and
+// coalesce_max), each range on the condition that the shard is the one the
+// index came from: a shard replaced or erased in between is read whole
+// instead, and so is every shard of a store without versions (one read
+// more); a range shorter than its index says is CorruptChunk. An index with
+// a checksum is verified on the pool: such a batch makes two pool
+// submissions. The store must outlive the operation. Store errors complete
+// the batch with StoreError naming the key.
 //
 // Errors: construction raises InvalidMetadata / UnsupportedError naming the
 // key and field (an unknown codec, a variable-length data type, which this
@@ -57,7 +65,8 @@
 // InvalidArgument (field "box", "strides", "out" or "value") for an item that
 // does not fit its chunk, found before any item runs (then nothing is
 // written), UnsupportedError (field "chunk_grid") for a chunk larger than
-// RuntimeOptions::max_chunk_bytes.
+// RuntimeOptions::max_chunk_bytes (async_read: one it must hold whole; a part
+// of a shard read by ranges holds only its inner chunks).
 #pragma once
 
 #include <cstdint>
@@ -189,8 +198,9 @@ class ChunkCodec {
   auto async_encode(Runtime& rt, std::span<ChunkEncode> items, Token&& token) const {
     return boost::asio::async_initiate<Token, void(std::exception_ptr)>(Initiate<Encode>{}, token, &rt, *this, items);
   }
-  // Reads each item's `key` from `store` and decodes it into place, as
-  // async_decode (a missing key: the fill value; `found` says which);
+  // Reads each item's `key` from `store` (part of a shard: its index and
+  // inner chunks by byte ranges, see Store forms) and decodes it into place,
+  // as async_decode (a missing key: the fill value; `found` says which);
   // `encoded` is ignored, and nullopt at completion.
   template <class Token>
   auto async_read(Runtime& rt, std::shared_ptr<Store> store, std::span<ChunkDecode> items, Token&& token) const {
