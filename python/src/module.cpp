@@ -45,10 +45,12 @@
 #include <zarrcoro/store/open.hpp>
 
 #include "core/caught.hpp"
+#include "completions.hpp"
 #include "pipeline.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
+using zarrcoro_python::PythonCompletion;
 using zarrcoro::Array;
 using zarrcoro::Group;
 using zarrcoro::Region;
@@ -200,6 +202,11 @@ PyOperation start_async(const std::shared_ptr<Engine>& engine, nb::object loop, 
   };
   auto pending = std::make_shared<Pending>(Pending{std::move(loop), std::move(future), std::move(keep)});
   auto handler = [pending, convert](std::exception_ptr error, auto&&... result) {
+    const PythonCompletion completion;
+    if (!completion.python()) {  // the process exits: its Python objects are left as they are
+      (void)new Pending(std::move(*pending));
+      return;
+    }
     nb::gil_scoped_acquire gil;
     nb::object exc = nb::none(), value = nb::none();
     if (error) exc = python_exception(error);
@@ -408,6 +415,8 @@ NB_MODULE(_zarrcoro, m) {
     }
   });
   m.def("_set_error_classes", [](nb::dict classes) { error_classes = classes; });
+  m.def("_drain_completions", &zarrcoro_python::drain_completions,
+        "Waits until no engine thread is completing an operation into Python (called at exit).");
   // The classes outlive no interpreter: dropped at exit.
   nb::module_::import_("atexit").attr("register")(nb::cpp_function([] { error_classes = nb::object(); }));
 

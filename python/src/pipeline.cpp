@@ -12,6 +12,7 @@
 // call_soon_threadsafe. The arrays and buffers of the batch are kept alive
 // until then. Thread-safety: as module.cpp.
 #include "pipeline.hpp"
+#include "completions.hpp"
 
 #include <cstdint>
 #include <cstring>
@@ -145,6 +146,11 @@ auto completion(nb::object loop, nb::object future, nb::object keep, std::shared
   auto pending =
       std::make_shared<Pending>(Pending{std::move(loop), std::move(future), std::move(keep), std::move(views)});
   return [pending, convert = std::move(convert)](std::exception_ptr error) mutable {
+    const PythonCompletion completion;
+    if (!completion.python()) {  // the process exits: its Python objects are left as they are
+      (void)new Pending(std::move(*pending));
+      return;
+    }
     nb::gil_scoped_acquire gil;
     nb::object exc = nb::none(), value = nb::none();
     try {

@@ -97,6 +97,14 @@ def default_runtime():
 
 
 @atexit.register
+def _drain_completions():
+    # Before the interpreter finalizes: an engine thread still completing an
+    # operation into Python (its asyncio future) would be ended there by
+    # Python when it takes the GIL back, which aborts the process.
+    _zarrcoro._drain_completions()
+
+
+@atexit.register
 def _drop_default_runtime():
     # Let the shared Runtime go at exit, before the interpreter tears modules
     # down in an order nanobind reports as leaks (seen in Dask's processes);
