@@ -891,7 +891,8 @@ void read_whole(const std::shared_ptr<ReadBatch>& b, const std::vector<std::size
   });
 }
 
-// The indexes are in (StoreBatch::values for the items read whole).
+// The first reads are in: the indexes of the items read by ranges, the
+// values of the others.
 void indexes_read(const std::shared_ptr<ReadBatch>& b, Reads& reads) {
   std::vector<std::size_t> whole;
   for (std::size_t k = 0; k < reads.item.size(); ++k) {
