@@ -851,9 +851,10 @@ std::vector<Box> check_items(Runtime& rt, const ChunkCodec::Impl& c, std::span<I
 // ---- reads of parts of shards ----------------------------------------------------
 
 // An item of a read whose box is part of a shard (codecs: sharding_indexed
-// alone): its index first, then the inner chunks the box touches by byte
-// ranges, coalesced as Array coalesces them, each read on the condition that
-// the shard is still the one the index came from.
+// alone): its index first (read, or from the runtime's shard index cache),
+// then the inner chunks the box touches by byte ranges, coalesced as Array
+// coalesces them, each read on the condition that the shard is still the
+// one the index came from.
 struct ShardPart {
   bool by_ranges = false;  // false: the whole value (StoreBatch::values), as for other items
   Generation generation;   // of the index
