@@ -851,22 +851,16 @@ std::vector<Box> check_items(Runtime& rt, const ChunkCodec::Impl& c, std::span<I
 // ---- reads of parts of shards ----------------------------------------------------
 
 // An item of a read whose box is part of a shard (codecs: sharding_indexed
-// alone): its index first (read, or from the runtime's shard index cache),
-// then the inner chunks the box touches by byte ranges, coalesced as Array
-// coalesces them, each read on the condition that the shard is still the
-// one the index came from.
+// alone): its index first, then the inner chunks the box touches by byte
+// ranges, coalesced as Array coalesces them, each read on the condition that
+// the shard is still the one the index came from.
 struct ShardPart {
   bool by_ranges = false;  // false: the whole value (StoreBatch::values), as for other items
-  Generation generation;   // of the index
-  std::optional<Bytes> encoded_index;  // as read, until decoded
-  detail::ShardIndexCache::Index index;
-  bool cached = false;  // `index` came from the runtime's shard index cache, unchecked against the store
+  Generation generation;   // of the index read
+  std::optional<Bytes> index;
   std::vector<detail::InnerPiece> pieces;  // the inner chunks touched, in for_each_touched's order
   detail::ShardReadPlan plan;
   std::vector<Bytes> buffers;  // by plan.ranges
-  // The reads of read_inner_chunks: the ranges, or one byte to check a
-  // cached index that locates none of the inner chunks touched.
-  std::size_t reads() const { return plan.ranges.empty() && cached ? 1 : plan.ranges.size(); }
 };
 
 struct ReadBatch : StoreBatch<ChunkDecode> {
@@ -913,47 +907,39 @@ void indexes_read(const std::shared_ptr<ReadBatch>& b, Reads& reads) {
       p->by_ranges = false;  // a store without versions: no index and inner chunks of one shard but a whole read
       whole.push_back(i);
     } else {
-      p->encoded_index = std::move(got.value);
+      p->index = std::move(got.value);
       p->generation = std::move(got.generation);
     }
   }
   read_whole(b, whole, locate_inner_chunks);
 }
 
-// The ranges of each item's inner chunks, from its index: an index read is
-// decoded (and cached) on the pool where it has a checksum to verify, else
-// at once (a copy of the entries), as is a cached one.
+// The ranges of each item's inner chunks, from its index: on the pool where
+// the index has a checksum to verify, else at once (a copy of the entries).
 void locate_inner_chunks(const std::shared_ptr<ReadBatch>& b) {
   std::vector<std::size_t> todo;
-  bool checksums = false;
-  const ChunkCodec::Impl& c = b->codec.impl();
   for (std::size_t i = 0; i < b->items.size(); ++i)
-    if (b->by_ranges(i)) {
-      todo.push_back(i);
-      checksums = checksums || (b->parts[i].encoded_index && !c.shard->index_trivial());
-    }
+    if (b->by_ranges(i)) todo.push_back(i);
   if (todo.empty()) return decode_read(b);
+  const ChunkCodec::Impl& c = b->codec.impl();
   auto locate = [b](std::size_t i) {
     const ChunkCodec::Impl& c = b->codec.impl();
     ShardPart& p = b->parts[i];
     const ChunkDecode& item = b->items[i];
     try {
-      if (p.encoded_index) {
-        p.index = std::make_shared<const codecs::ShardingCodec::Index>(c.shard->decode_index(*p.encoded_index));
-        p.encoded_index.reset();
-        detail::RuntimeAccess::engine(*b->rt).shard_indexes.put(b->store, item.key, *c.shard, {p.index, p.generation});
-      }
+      const auto index = c.shard->decode_index(*p.index);
+      p.index.reset();
       for_each_touched(c, *c.shard, item.box, b->boxes[i],
                        [&](std::size_t number, const auto&, std::int64_t, std::int64_t) {
                          p.pieces.emplace_back().number = number;
                        });
       const RuntimeOptions& o = b->rt->options();
-      p.plan = detail::plan_shard_reads(*p.index, p.pieces, {o.coalesce_gap, o.coalesce_max});
+      p.plan = detail::plan_shard_reads(index, p.pieces, {o.coalesce_gap, o.coalesce_max});
     } catch (...) {
       rethrow_keyed(item.key);
     }
   };
-  if (!checksums) {
+  if (c.shard->index_trivial()) {
     std::exception_ptr error = caught([&] {
       for (std::size_t i : todo) locate(i);
     });
@@ -972,23 +958,19 @@ void locate_inner_chunks(const std::shared_ptr<ReadBatch>& b) {
 }
 
 // The planned ranges. A shard replaced or erased since its index was read
-// (or cached) is read whole instead (one version), and dropped from the
-// cache; a range shorter than the index says of the shard it came from is
-// CorruptChunk.
+// is read whole instead (one version); a range shorter than the index says
+// of the shard it came from is CorruptChunk.
 void read_inner_chunks(const std::shared_ptr<ReadBatch>& b) {
   auto reads = std::make_shared<Reads>();
   for (std::size_t i = 0; i < b->items.size(); ++i) {
     if (!b->by_ranges(i)) continue;
-    const ShardPart& p = b->parts[i];
-    auto add = [&](ByteRange range) {
+    for (const detail::ShardRange& r : b->parts[i].plan.ranges) {
       ReadOptions o;
-      o.range = range;
-      o.if_equal = p.generation;
+      o.range = ByteRange::from(r.begin, r.end - r.begin);
+      o.if_equal = b->parts[i].generation;
       o.need_generation = false;
       reads->add(i, std::move(o));
-    };
-    for (const detail::ShardRange& r : p.plan.ranges) add(ByteRange::from(r.begin, r.end - r.begin));
-    if (p.reads() > p.plan.ranges.size()) add(ByteRange::from(0, 1));
+    }
   }
   if (reads->item.empty()) return decode_read(b);  // every inner chunk touched is missing
   read_all<ChunkDecode>(b, reads, [b, reads](std::exception_ptr e) {
@@ -999,25 +981,22 @@ void read_inner_chunks(const std::shared_ptr<ReadBatch>& b) {
         const std::size_t i = reads->item[k];
         ShardPart& p = b->parts[i];
         bool current = true;
-        for (std::size_t n = p.reads(), r = 0; r < n; ++r) {
+        for (const detail::ShardRange& r : p.plan.ranges) {
           ReadResult& got = reads->result[k++];
           current = current && !got.changed && got.value;
-          if (!current || r >= p.plan.ranges.size()) continue;
-          const detail::ShardRange& range = p.plan.ranges[r];
-          if (got.value->size() != range.end - range.begin)
+          if (!current) continue;
+          if (got.value->size() != r.end - r.begin)
             throw CorruptChunk(b->items[i].key, "sharding_indexed",
-                               "the shard is shorter than its index says (bytes " + std::to_string(range.begin) + "-" +
-                                   std::to_string(range.end) + ")");
-          for (std::size_t j = range.first; j < range.last; ++j) {
+                               "the shard is shorter than its index says (bytes " + std::to_string(r.begin) + "-" +
+                                   std::to_string(r.end) + ")");
+          for (std::size_t j = r.first; j < r.last; ++j) {
             detail::InnerPiece& piece = p.pieces[p.plan.order[j]];
             piece.buffer = p.buffers.size();
-            piece.offset -= range.begin;
+            piece.offset -= r.begin;
           }
           p.buffers.push_back(std::move(*got.value));
         }
         if (!current) {
-          detail::RuntimeAccess::engine(*b->rt).shard_indexes.invalidate(b->store, b->items[i].key,
-                                                                         *b->codec.impl().shard);
           p = ShardPart{};
           whole.push_back(i);
         }
@@ -1101,14 +1080,7 @@ void start_read(Runtime& rt, std::shared_ptr<Store> store, const ChunkCodec& cod
       continue;
     }
     if (b->parts.empty()) b->parts.resize(items.size());
-    ShardPart& p = b->parts[i];
-    p.by_ranges = true;
-    if (auto hit = detail::RuntimeAccess::engine(rt).shard_indexes.find(b->store, items[i].key, *c.shard)) {
-      p.index = std::move(hit->index);
-      p.generation = std::move(hit->generation);
-      p.cached = true;
-      continue;
-    }
+    b->parts[i].by_ranges = true;
     ReadOptions o;
     const std::uint64_t n = c.shard->index_bytes();
     o.range = c.shard->index_at_start() ? ByteRange::from(0, n) : ByteRange::last(n);

@@ -948,32 +948,8 @@ TEST_CASE("the store form reads part of a shard by byte ranges: its index, then 
       CHECK(e.key() == "c/0/0");
       CHECK(e.field() == "chunk_grid");
     }
-    put(encode(codec, values(1000)));  // replaced since its index was cached: then read whole, refused as well
+    swapping->replacement = encode(codec, values(1000));  // then read whole: refused as well
     CHECK_THROWS_AS(read(steps, 9, codec), UnsupportedError);
-  }
-  SECTION("the index of a shard read before comes from the runtime's cache, checked by the ranges") {
-    CHECK(read(steps, 9, codec) == at_steps);
-    CHECK(read(steps, 9, codec) == at_steps);
-    CHECK(kinds() == std::vector<Kind>{Kind::range});  // no index read
-    CHECK(rt.stats().pool_submissions == 1);
-    put(encode(codec, values(1000)));  // replaced since: the range is refused, the shard read whole
-    const std::vector<std::int32_t> at_steps_after{1015, 1019, 1023, 1051, 1055, 0, 1087, 1091, 0};
-    CHECK(read(steps, 9, codec) == at_steps_after);
-    CHECK(kinds() == std::vector<Kind>{Kind::range, Kind::full});
-    CHECK(read(steps, 9, codec) == at_steps_after);  // and its index read anew
-    CHECK(kinds() == std::vector<Kind>{Kind::suffix, Kind::range});
-  }
-  SECTION("a cached index that locates none of the inner chunks touched: one byte checks the shard") {
-    const ChunkBox missing{{5, 9}, {1, 1}, {2, 2}};  // inner chunk (1, 2), all fill: not stored
-    CHECK(read(missing, 4, codec) == std::vector<std::int32_t>(4, 0));
-    CHECK(read(missing, 4, codec) == std::vector<std::int32_t>(4, 0));
-    CHECK(kinds() == std::vector<Kind>{Kind::range});
-    CHECK(store->gets_log()[0].second.length == 1);
-    std::vector<std::int32_t> v = values(0);
-    v[5 * 12 + 9] = 77;  // now stored
-    put(encode(codec, v));
-    CHECK(read(missing, 4, codec) == std::vector<std::int32_t>{77, 0, 0, 0});
-    CHECK(kinds() == std::vector<Kind>{Kind::range, Kind::full});
   }
   SECTION("a batch of shards read whole, by ranges, missing, and replaced in between") {
     swapping->key = "c/0/1";
