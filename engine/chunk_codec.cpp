@@ -857,7 +857,7 @@ std::vector<Box> check_items(Runtime& rt, const ChunkCodec::Impl& c, std::span<I
 struct ShardPart {
   bool by_ranges = false;  // false: the whole value (StoreBatch::values), as for other items
   Generation generation;   // of the index read
-  std::optional<Bytes> index;
+  std::optional<Bytes> encoded_index;  // as read, until decoded
   std::vector<detail::InnerPiece> pieces;  // the inner chunks touched, in for_each_touched's order
   detail::ShardReadPlan plan;
   std::vector<Bytes> buffers;  // by plan.ranges
@@ -907,7 +907,7 @@ void indexes_read(const std::shared_ptr<ReadBatch>& b, Reads& reads) {
       p->by_ranges = false;  // a store without versions: no index and inner chunks of one shard but a whole read
       whole.push_back(i);
     } else {
-      p->index = std::move(got.value);
+      p->encoded_index = std::move(got.value);
       p->generation = std::move(got.generation);
     }
   }
@@ -927,8 +927,8 @@ void locate_inner_chunks(const std::shared_ptr<ReadBatch>& b) {
     ShardPart& p = b->parts[i];
     const ChunkDecode& item = b->items[i];
     try {
-      const auto index = c.shard->decode_index(*p.index);
-      p.index.reset();
+      const auto index = c.shard->decode_index(*p.encoded_index);
+      p.encoded_index.reset();
       for_each_touched(c, *c.shard, item.box, b->boxes[i],
                        [&](std::size_t number, const auto&, std::int64_t, std::int64_t) {
                          p.pieces.emplace_back().number = number;
@@ -985,15 +985,8 @@ void read_inner_chunks(const std::shared_ptr<ReadBatch>& b) {
           ReadResult& got = reads->result[k++];
           current = current && !got.changed && got.value;
           if (!current) continue;
-          if (got.value->size() != r.end - r.begin)
-            throw CorruptChunk(b->items[i].key, "sharding_indexed",
-                               "the shard is shorter than its index says (bytes " + std::to_string(r.begin) + "-" +
-                                   std::to_string(r.end) + ")");
-          for (std::size_t j = r.first; j < r.last; ++j) {
-            detail::InnerPiece& piece = p.pieces[p.plan.order[j]];
-            piece.buffer = p.buffers.size();
-            piece.offset -= r.begin;
-          }
+          detail::check_range_size(b->items[i].key, got.value->size(), r.begin, r.end);
+          detail::place_range(p.plan, r, p.pieces, p.buffers.size());
           p.buffers.push_back(std::move(*got.value));
         }
         if (!current) {

@@ -253,10 +253,7 @@ class ReadOp final : public ChunkOp {
       auto got = co_await read(key, ByteRange::from(r.begin, r.end - r.begin), shard.generation, into);
       if (got.changed || !got.value) co_return false;  // replaced or erased since the index
       check_range(key, got, r.begin, r.end);
-      for (std::size_t j = r.first; j < r.last; ++j) {
-        t.pieces[plan.order[j]].buffer = got.in_place ? kInPlace : t.buffers.size();
-        t.pieces[plan.order[j]].offset -= r.begin;
-      }
+      place_range(plan, r, t.pieces, got.in_place ? kInPlace : t.buffers.size());
       if (!got.in_place) t.buffers.push_back(std::move(*got.value));
     }
     co_return true;
@@ -265,10 +262,7 @@ class ReadOp final : public ChunkOp {
   // Raises CorruptChunk unless `got`, the read of bytes [begin, end) of
   // shard `key` (a value), holds all of them.
   static void check_range(const std::string& key, const ReadResult& got, std::uint64_t begin, std::uint64_t end) {
-    if (!got.in_place && got.value->size() != end - begin)
-      throw CorruptChunk(key, "sharding_indexed",
-                         "the shard is shorter than its index says (bytes " + std::to_string(begin) + "-" +
-                             std::to_string(end) + ")");
+    if (!got.in_place) check_range_size(key, got.value->size(), begin, end);
   }
 
   // The place in out_ of whole shard part i when one read can fill it: the

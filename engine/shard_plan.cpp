@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include <zarrcoro/error.hpp>
+
 #include "core/checked.hpp"
 
 namespace zarrcoro::detail {
@@ -39,6 +41,20 @@ ShardReadPlan plan_shard_reads(const codecs::ShardingCodec::Index& index, std::s
     k = last;
   }
   return plan;
+}
+
+void check_range_size(const std::string& key, std::uint64_t got, std::uint64_t begin, std::uint64_t end) {
+  if (got != end - begin)
+    throw CorruptChunk(key, "sharding_indexed",
+                       "the shard is shorter than its index says (bytes " + std::to_string(begin) + "-" +
+                           std::to_string(end) + ")");
+}
+
+void place_range(const ShardReadPlan& plan, const ShardRange& r, std::span<InnerPiece> pieces, std::size_t buffer) {
+  for (std::size_t j = r.first; j < r.last; ++j) {
+    pieces[plan.order[j]].buffer = buffer;
+    pieces[plan.order[j]].offset -= r.begin;
+  }
 }
 
 }  // namespace zarrcoro::detail

@@ -63,4 +63,14 @@ void locate_pieces(const codecs::ShardingCodec::Index& index, std::span<InnerPie
 ShardReadPlan plan_shard_reads(const codecs::ShardingCodec::Index& index, std::span<InnerPiece> pieces,
                                ShardCoalescing c);
 
+// Raises CorruptChunk (key, "sharding_indexed") unless `got` bytes came back
+// for the read of bytes [begin, end) of shard `key`: the shard is shorter
+// than its index says.
+void check_range_size(const std::string& key, std::uint64_t got, std::uint64_t begin, std::uint64_t end);
+
+// The pieces range `r` of `plan` holds now sit in `buffer` (the reader's
+// buffer index, or InnerPiece::kInPlace), their offsets made relative to
+// the range's start.
+void place_range(const ShardReadPlan& plan, const ShardRange& r, std::span<InnerPiece> pieces, std::size_t buffer);
+
 }  // namespace zarrcoro::detail

@@ -919,6 +919,17 @@ TEST_CASE("the store form reads part of a shard by byte ranges: its index, then 
     }
     CHECK(kinds() == std::vector<Kind>{Kind::range, Kind::range});
   }
+  SECTION("an index whose checksum fails is corrupt, named by its key, and no inner chunk is read") {
+    shard[shard.size() - 1] ^= std::byte{0xff};  // the index's crc32c, at the very end
+    put(shard);
+    try {
+      read(steps, 9, codec);
+      FAIL("no error");
+    } catch (const CorruptChunk& e) {
+      CHECK(e.key() == "c/0/0");
+    }
+    CHECK(kinds() == std::vector<Kind>{Kind::suffix});
+  }
   SECTION("a store without versions: the index, then the shard whole (no index and inner chunks of two shards)") {
     swapping->versions = false;
     CHECK(read(steps, 9, codec) == at_steps);
