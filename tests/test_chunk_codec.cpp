@@ -859,6 +859,15 @@ TEST_CASE("the store form reads part of a shard by byte ranges: its index, then 
     return k;
   };
   using Kind = ByteRange::Kind;
+  // A read of `box` through `cc` that must fail with CorruptChunk naming c/0/0.
+  auto read_corrupt = [&](const ChunkBox& box, std::size_t n, const ChunkCodec& cc) {
+    try {
+      read(box, n, cc);
+      FAIL("no error");
+    } catch (const CorruptChunk& e) {
+      CHECK(e.key() == "c/0/0");
+    }
+  };
   const ChunkBox steps{{1, 2}, {3, 4}, {3, 3}};  // rows 1, 4, 7; columns 2, 6, 10
   const std::vector<std::int32_t> at_steps{15, 19, 23, 51, 55, 0, 87, 91, 0};
 
@@ -877,12 +886,7 @@ TEST_CASE("the store form reads part of a shard by byte ranges: its index, then 
     put(shard);
     const auto out = read(ChunkBox{{4, 4}, {1, 1}, {4, 4}}, 16, codec);  // inner chunk (1, 1) alone
     for (std::size_t k = 0; k < 16; ++k) CHECK(out[k] == static_cast<std::int32_t>(12 * (4 + k / 4) + 4 + k % 4 + 1));
-    try {
-      read(ChunkBox{{3, 3}, {1, 1}, {2, 2}}, 4, codec);  // touches (0, 0)
-      FAIL("no error");
-    } catch (const CorruptChunk& e) {
-      CHECK(e.key() == "c/0/0");
-    }
+    read_corrupt(ChunkBox{{3, 3}, {1, 1}, {2, 2}}, 4, codec);  // touches (0, 0)
   }
   SECTION("no shard: the fill value, from one read") {
     CHECK(read(steps, 9, codec, "c/9/9") == std::vector<std::int32_t>(9, 0));
@@ -911,23 +915,13 @@ TEST_CASE("the store form reads part of a shard by byte ranges: its index, then 
     Bytes cut = encode(plain_index, values(0));
     cut.resize(cut.size() - 3);
     put(cut);
-    try {
-      read(steps, 9, plain_index);
-      FAIL("no error");
-    } catch (const CorruptChunk& e) {
-      CHECK(e.key() == "c/0/0");
-    }
+    read_corrupt(steps, 9, plain_index);
     CHECK(kinds() == std::vector<Kind>{Kind::range, Kind::range});
   }
   SECTION("an index whose checksum fails is corrupt, named by its key, and no inner chunk is read") {
     shard[shard.size() - 1] ^= std::byte{0xff};  // the index's crc32c, at the very end
     put(shard);
-    try {
-      read(steps, 9, codec);
-      FAIL("no error");
-    } catch (const CorruptChunk& e) {
-      CHECK(e.key() == "c/0/0");
-    }
+    read_corrupt(steps, 9, codec);
     CHECK(kinds() == std::vector<Kind>{Kind::suffix});
   }
   SECTION("a store without versions: the index, then the shard whole (no index and inner chunks of two shards)") {
