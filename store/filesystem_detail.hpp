@@ -85,20 +85,22 @@ inline std::optional<unsigned long long> inode_version(int fd) {
   return static_cast<unsigned int>(version);
 }
 
-// The generation of the file `st` describes (`fd` open on it): a new file
-// (every write renames a new one into place) has a new inode, or the one of
-// a file removed before (ext4 reuses them at once), and a new modification
-// time (unique_mtime: the file system's own clock may be too coarse).
+// The generation of the file `st` describes (`fd` open on it): device,
+// inode, size and modification time, and the inode's version (`version`,
+// from `fd` if not given) where the file system keeps one. Every write
+// renames a new file into place, whose inode is new or the one of a file
+// removed before (ext4 reuses them at once), and sets a time unique in the
+// process to the microsecond (unique_mtime). Another program's write sets
+// the file system's own time, which a coarse clock (a tick of 1-10 ms on
+// kernels before 6.13) repeats for every write within a tick: the
+// version, which a reused inode does not keep, tells such files apart.
 // Where the time has no part finer than a microsecond, the file system
 // keeps no finer times (seconds on ext4 with 128-byte inodes, FAT or some
-// network file systems; 10 ms on exFAT) and rewrites of one size within
-// its tick could repeat all of that: the inode's version (`version`, from
-// `fd` if not given) is added, and without one (FAT, exFAT) the
-// generation is unknown.
+// network file systems; 10 ms on exFAT) even for the engine's writes: then
+// without a version (FAT, exFAT) the generation is unknown.
 inline Generation generation_of(const struct stat& st, int fd, std::optional<unsigned long long> version = {}) {
-  const bool coarse = st.st_mtim.tv_nsec % 1000 == 0;
-  if (coarse && !version) version = inode_version(fd);
-  if (coarse && !version) return {};
+  if (!version) version = inode_version(fd);
+  if (!version && st.st_mtim.tv_nsec % 1000 == 0) return {};
   // "f<dev>:<ino>:<size>:<mtime s>.<mtime ns>[:<inode version>]" in hex;
   // to_chars, not snprintf, which was 1% of the I/O thread reading small chunks.
   char buf[112] = {'f'};
@@ -108,8 +110,8 @@ inline Generation generation_of(const struct stat& st, int fd, std::optional<uns
                                        static_cast<unsigned long long>(st.st_size),
                                        static_cast<unsigned long long>(st.st_mtim.tv_sec),
                                        static_cast<unsigned long long>(st.st_mtim.tv_nsec),
-                                       coarse ? *version : 0};
-  for (std::size_t i = 0; i < std::size(fields) - (coarse ? 0 : 1); ++i) {
+                                       version.value_or(0)};
+  for (std::size_t i = 0; i < std::size(fields) - (version ? 0 : 1); ++i) {
     if (i) *at++ = i == 4 ? '.' : ':';
     at = std::to_chars(at, buf + sizeof buf, fields[i], 16).ptr;
   }

@@ -128,7 +128,7 @@ struct FilesystemStore::Temp {
   std::string key, name, temp_name;
   int dir_fd = -1, fd = -1;
   struct stat st {};  // of the temporary file, once closed
-  std::optional<unsigned long long> version;  // its inode's, where its times are coarse
+  std::optional<unsigned long long> version;  // its inode's
   bool committed = false;
   explicit Temp(const std::string& k) : key(k), name(split_key(k).second) {}
   Temp(const Temp&) = delete;
@@ -143,22 +143,21 @@ struct FilesystemStore::Temp {
 // The generation of the value named `name` in the directory `dir_fd` now
 // (absent() if no regular file), for the compare of a conditional commit:
 // the same directory the lock and the rename use. A symlink there is
-// followed, as a read of the key does.
+// followed, as a read of the key does. The file is opened for the
+// inode's version (generation_of).
 Generation FilesystemStore::generation_at(const std::string& key, int dir_fd, const std::string& name) const {
   struct stat st {};
-  if (::fstatat(dir_fd, name.c_str(), &st, 0) == 0) {
-    if (!S_ISREG(st.st_mode)) return Generation::absent();
-    if (st.st_mtim.tv_nsec % 1000 != 0) return generation_of(st, -1);
-    // Coarse times: the inode's version, from the file opened here (and
-    // stat'ed again on that descriptor: the name may have moved on).
-    const int fd = ::openat(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return errno == ENOENT ? Generation::absent() : Generation{};
-    const FdGuard guard{fd};
-    if (::fstat(fd, &st) != 0) return {};
-    return generation_of(st, fd);
+  if (::fstatat(dir_fd, name.c_str(), &st, 0) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR || errno == ELOOP) return Generation::absent();
+    fail(key, "cannot stat " + in_quotes(root_ / key), errno);
   }
-  if (errno == ENOENT || errno == ENOTDIR || errno == ELOOP) return Generation::absent();
-  fail(key, "cannot stat " + in_quotes(root_ / key), errno);
+  if (!S_ISREG(st.st_mode)) return Generation::absent();  // never opened: a FIFO or a device
+  // Opened (and stat'ed again on that descriptor: the name may have moved on).
+  const int fd = ::openat(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return errno == ENOENT ? Generation::absent() : Generation{};
+  const FdGuard guard{fd};
+  if (::fstat(fd, &st) != 0) return {};
+  return generation_of(st, fd);
 }
 
 // Creates the temporary file of `temp.key` (and its directory if needed).
@@ -194,7 +193,7 @@ std::optional<Generation> FilesystemStore::commit(Temp& temp, const Generation& 
     ::futimens(fd, times);  // where refused, the file system's own time stands
     const bool ok = ::fstat(fd, &temp.st) == 0 && (!durable_ || ::fdatasync(fd) == 0);
     const int err = errno;
-    if (ok && temp.st.st_mtim.tv_nsec % 1000 == 0) temp.version = inode_version(fd);  // coarse times
+    if (ok) temp.version = inode_version(fd);
     if (::close(fd) != 0 || !ok) fail(key, "cannot write a temporary file for " + where, ok ? errno : err);
   }
   const DirLock lock(key, temp.dir_fd, !if_equal.unknown(), would_wait == nullptr);

@@ -1,6 +1,8 @@
 #include "support.hpp"
 
+#include <fcntl.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <fstream>
 #include <iterator>
@@ -54,6 +56,19 @@ Bytes read_file(const std::filesystem::path& p) {
   Bytes b(s.size());
   std::memcpy(b.data(), s.data(), s.size());
   return b;
+}
+
+void replace_file(const std::filesystem::path& path, ByteSpan bytes, std::int64_t mtime_ns) {
+  const auto temp = path.parent_path() / ("." + path.filename().string() + ".other");
+  std::filesystem::create_directories(path.parent_path());
+  {
+    std::ofstream f(temp, std::ios::binary | std::ios::trunc);
+    f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    if (!f.flush()) throw std::runtime_error("cannot write " + temp.string());
+  }
+  std::filesystem::rename(temp, path);
+  const timespec times[2] = {{0, UTIME_OMIT}, {mtime_ns / 1'000'000'000, mtime_ns % 1'000'000'000}};
+  if (::utimensat(AT_FDCWD, path.c_str(), times, 0) != 0) throw std::runtime_error("cannot set the time of " + path.string());
 }
 
 Bytes hex(const std::string& text) {

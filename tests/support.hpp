@@ -49,6 +49,12 @@ struct TempDir {
 };
 
 Bytes read_file(const std::filesystem::path& p);
+// Writes `bytes` to a new file beside `path` (its directory made if need
+// be) and renames it over `path`, as
+// another program (zarr-python's LocalStore) replaces a value, then sets its
+// modification time to `mtime_ns` (ns since the epoch), as a coarse file
+// clock stamps every write within one tick. Throws on failure.
+void replace_file(const std::filesystem::path& path, ByteSpan bytes, std::int64_t mtime_ns);
 // "01 0a ff" or "010aff" -> bytes.
 Bytes hex(const std::string& text);
 std::string to_hex(ByteSpan bytes);

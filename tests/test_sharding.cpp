@@ -357,6 +357,36 @@ TEST_CASE("a shard write whose new generation is unknown drops the cached index"
         std::vector<std::int32_t>{5, 6});
 }
 
+TEST_CASE("a cached shard index is not used for a shard another program renamed in within one tick of a coarse "
+          "clock (was: the inner chunk it added read as fill_value)",
+          "[sharding][regression]") {
+  // Two shards of one size, each holding another inner chunk, written by
+  // another program (zarr-python's LocalStore renames a new file over the
+  // shard) with the one time a coarse file clock gives every write within
+  // a tick; ext4 hands a new file the inode number freed last.
+  test::TempDir dir("sharding-other-program");
+  Runtime rt({.codec_threads = 1});
+  auto store = std::make_shared<FilesystemStore>(rt.io_executor(), dir.path);
+  const json bytes = json::parse(R"([{"name":"bytes","configuration":{"endian":"little"}}])");
+  const ArrayMetadata m = meta({8}, {8}, sharding({2}, bytes));
+  const std::int32_t head[] = {1, 2}, mid[] = {5, 6};
+  Array::create_blocking(rt, store, "x", m).write_blocking({{0}, {2}}, std::as_bytes(std::span(head)));
+  Array::create_blocking(rt, store, "y", m).write_blocking({{2}, {4}}, std::as_bytes(std::span(mid)));
+  const Bytes only_head = test::read_file(dir.path / "x/c/0"), only_mid = test::read_file(dir.path / "y/c/0");
+  REQUIRE(only_head.size() == only_mid.size());
+  const Array a = Array::create_blocking(rt, store, "a", m);
+  constexpr std::int64_t tick = 1'700'000'000'123'456'789;
+  test::replace_file(dir.path / "a/c/0", only_head, tick);
+  auto values = [&] {
+    const NdArray r = a.read_blocking({{2}, {4}});  // inner chunk 1 only: by the shard's index
+    return std::vector<std::int32_t>(r.as<std::int32_t>().begin(), r.as<std::int32_t>().end());
+  };
+  CHECK(values() == std::vector<std::int32_t>{0, 0});  // fill_value; the index is now cached
+  test::replace_file(dir.path / "a/c/0", only_head, tick);  // frees the first file's inode number
+  test::replace_file(dir.path / "a/c/0", only_mid, tick);   // which this one gets
+  CHECK(values() == std::vector<std::int32_t>{5, 6});
+}
+
 TEST_CASE("a reader's index older than a concurrent write's never hides the write's inner chunks",
           "[sharding][regression]") {
   // The reader fetches the index, then waits (here: at a gate) while a

@@ -686,6 +686,42 @@ TEST_CASE("FilesystemStore: where times are coarse, A, B, A of one size have dis
   }
 }
 
+TEST_CASE("FilesystemStore: A, B, A renamed in by another program within one tick of a coarse clock have distinct "
+          "generations (was: the inode number came back, and with the size and time, the generation)",
+          "[stores][filesystem][regression]") {
+  // zarr-python renames a new file over a value; the file system stamps it
+  // with its own clock, which before kernel 6.13 repeats one time for every
+  // write within a tick (set by hand here), and ext4 hands the freed inode
+  // number to the next new file. A cached shard index or a conditional
+  // write then took the second A for the first.
+  const bool uring = GENERATE(false, true);
+  INFO((uring ? "io_uring" : "blocking pool"));
+  test::TempDir tmp("stores");
+  const fs::path root = tmp.path / "root";
+  StoreHarness h(filesystem_factory(root, uring ? kUring : kFallback));
+  REQUIRE(h.write("c/0", "AAAA", Generation{}));
+  const fs::path file = root / "c/0";
+  constexpr std::int64_t tick = 1'700'000'000'123'456'789;  // finer than a microsecond, not the engine's mark
+  auto other_program_writes = [&](std::string_view text) {
+    test::replace_file(file, std::as_bytes(std::span(text)), tick);
+    struct stat st {};
+    REQUIRE(::stat(file.c_str(), &st) == 0);
+    return st.st_ino;
+  };
+  const auto first_inode = other_program_writes("AAAA");
+  const ReadResult first = h.read("c/0");
+  REQUIRE_FALSE(first.generation.unknown());
+  other_program_writes("BBBB");
+  const bool inode_back = other_program_writes("AAAA") == first_inode;
+  INFO("inode number back: " << inode_back);
+  const ReadResult again = h.read("c/0");
+  CHECK(again.generation != first.generation);
+  CHECK_FALSE(h.write("c/0", "DDDD", first.generation).has_value());
+  CHECK(h.text("c/0") == "AAAA");
+  CHECK(h.write("c/0", "EEEE", again.generation).has_value());
+  CHECK(h.text("c/0") == "EEEE");
+}
+
 TEST_CASE("FilesystemStore: an unconditional write never lands between a conditional write's check and its rename "
           "(was: the conditional write replaced it unseen)",
           "[stores][filesystem][regression]") {

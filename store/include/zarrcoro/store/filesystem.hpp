@@ -123,14 +123,18 @@ class FilesystemStore : public Store {
   // root); after a failed write the previous value is intact and no
   // temporary file is left behind.
   // Versioned and conditional (see Store). The generation is the
-  // device, inode, size and modification time of the file, taken from the
+  // device, inode, size and modification time of the file and the inode's
+  // version (FS_IOC_GETVERSION; ext4, XFS, btrfs), taken from the
   // descriptor the read uses; each write sets a time unique in the process
-  // to the microsecond (1 ns past it). Where the file's time has no part
-  // finer than a microsecond, the file system keeps no finer times (ext4
-  // with 128-byte inodes, FAT, exFAT, some network file systems) and
-  // rewrites within its tick could repeat all of that: the inode's version
-  // (FS_IOC_GETVERSION; ext4, XFS, btrfs) is added, and without one the
-  // generation is unknown (conditions then cannot be honoured). A conditional write or erase holds an
+  // to the microsecond (1 ns past it). The version tells apart files that
+  // another program renames into place within one tick of a coarse file
+  // clock (kernels before 6.13), where the inode number comes back. Where
+  // the file's time has no part finer than a microsecond (ext4 with
+  // 128-byte inodes, FAT, exFAT, some network file systems) and the file
+  // system has no versions, the generation is unknown (conditions then
+  // cannot be honoured). A program that rewrites a file in place, rather
+  // than renaming a new one over it, twice within one tick of a coarse
+  // clock leaves no trace in any of these. A conditional write or erase holds an
   // exclusive flock(2) on the key's directory while it compares and
   // renames (or unlinks), and an unconditional one a shared lock while it
   // renames (or unlinks): so nothing lands at a key between a conditional
