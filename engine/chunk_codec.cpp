@@ -851,16 +851,22 @@ std::vector<Box> check_items(Runtime& rt, const ChunkCodec::Impl& c, std::span<I
 // ---- reads of parts of shards ----------------------------------------------------
 
 // An item of a read whose box is part of a shard (codecs: sharding_indexed
-// alone): its index first, then the inner chunks the box touches by byte
-// ranges, coalesced as Array coalesces them, each read on the condition that
-// the shard is still the one the index came from.
+// alone): its index first (read, or from the runtime's shard index cache),
+// then the inner chunks the box touches by byte ranges, coalesced as Array
+// coalesces them, each read on the condition that the shard is still the
+// one the index came from.
 struct ShardPart {
   bool by_ranges = false;  // false: the whole value (StoreBatch::values), as for other items
-  Generation generation;   // of the index read
+  Generation generation;   // of the index
   std::optional<Bytes> encoded_index;  // as read, until decoded
+  detail::ShardIndexCache::Index index;
+  bool cached = false;  // `index` came from the runtime's shard index cache, unchecked against the store
   std::vector<detail::InnerPiece> pieces;  // the inner chunks touched, in for_each_touched's order
   detail::ShardReadPlan plan;
   std::vector<Bytes> buffers;  // by plan.ranges
+  // The reads of read_inner_chunks: the ranges, or one byte to check a
+  // cached index that locates none of the inner chunks touched.
+  std::size_t reads() const { return plan.ranges.empty() && cached ? 1 : plan.ranges.size(); }
 };
 
 struct ReadBatch : StoreBatch<ChunkDecode> {
@@ -914,32 +920,40 @@ void indexes_read(const std::shared_ptr<ReadBatch>& b, Reads& reads) {
   read_whole(b, whole, locate_inner_chunks);
 }
 
-// The ranges of each item's inner chunks, from its index: on the pool where
-// the index has a checksum to verify, else at once (a copy of the entries).
+// The ranges of each item's inner chunks, from its index: an index read is
+// decoded (and cached) on the pool where it has a checksum to verify, else
+// at once (a copy of the entries), as is a cached one.
 void locate_inner_chunks(const std::shared_ptr<ReadBatch>& b) {
   std::vector<std::size_t> todo;
-  for (std::size_t i = 0; i < b->items.size(); ++i)
-    if (b->by_ranges(i)) todo.push_back(i);
-  if (todo.empty()) return decode_read(b);
+  bool checksums = false;
   const ChunkCodec::Impl& c = b->codec.impl();
+  for (std::size_t i = 0; i < b->items.size(); ++i)
+    if (b->by_ranges(i)) {
+      todo.push_back(i);
+      checksums = checksums || (b->parts[i].encoded_index && !c.shard->index_trivial());
+    }
+  if (todo.empty()) return decode_read(b);
   auto locate = [b](std::size_t i) {
     const ChunkCodec::Impl& c = b->codec.impl();
     ShardPart& p = b->parts[i];
     const ChunkDecode& item = b->items[i];
     try {
-      const auto index = c.shard->decode_index(*p.encoded_index);
-      p.encoded_index.reset();
+      if (p.encoded_index) {
+        p.index = std::make_shared<const codecs::ShardingCodec::Index>(c.shard->decode_index(*p.encoded_index));
+        p.encoded_index.reset();
+        detail::RuntimeAccess::engine(*b->rt).shard_indexes.put(b->store, item.key, *c.shard, {p.index, p.generation});
+      }
       for_each_touched(c, *c.shard, item.box, b->boxes[i],
                        [&](std::size_t number, const auto&, std::int64_t, std::int64_t) {
                          p.pieces.emplace_back().number = number;
                        });
       const RuntimeOptions& o = b->rt->options();
-      p.plan = detail::plan_shard_reads(index, p.pieces, {o.coalesce_gap, o.coalesce_max});
+      p.plan = detail::plan_shard_reads(*p.index, p.pieces, {o.coalesce_gap, o.coalesce_max});
     } catch (...) {
       rethrow_keyed(item.key);
     }
   };
-  if (c.shard->index_trivial()) {
+  if (!checksums) {
     std::exception_ptr error = caught([&] {
       for (std::size_t i : todo) locate(i);
     });
@@ -958,19 +972,23 @@ void locate_inner_chunks(const std::shared_ptr<ReadBatch>& b) {
 }
 
 // The planned ranges. A shard replaced or erased since its index was read
-// is read whole instead (one version); a range shorter than the index says
-// of the shard it came from is CorruptChunk.
+// (or cached) is read whole instead (one version), and dropped from the
+// cache; a range shorter than the index says of the shard it came from is
+// CorruptChunk.
 void read_inner_chunks(const std::shared_ptr<ReadBatch>& b) {
   auto reads = std::make_shared<Reads>();
   for (std::size_t i = 0; i < b->items.size(); ++i) {
     if (!b->by_ranges(i)) continue;
-    for (const detail::ShardRange& r : b->parts[i].plan.ranges) {
+    const ShardPart& p = b->parts[i];
+    auto add = [&](ByteRange range) {
       ReadOptions o;
-      o.range = ByteRange::from(r.begin, r.end - r.begin);
-      o.if_equal = b->parts[i].generation;
+      o.range = range;
+      o.if_equal = p.generation;
       o.need_generation = false;
       reads->add(i, std::move(o));
-    }
+    };
+    for (const detail::ShardRange& r : p.plan.ranges) add(ByteRange::from(r.begin, r.end - r.begin));
+    if (p.reads() > p.plan.ranges.size()) add(ByteRange::from(0, 1));
   }
   if (reads->item.empty()) return decode_read(b);  // every inner chunk touched is missing
   read_all<ChunkDecode>(b, reads, [b, reads](std::exception_ptr e) {
@@ -981,15 +999,18 @@ void read_inner_chunks(const std::shared_ptr<ReadBatch>& b) {
         const std::size_t i = reads->item[k];
         ShardPart& p = b->parts[i];
         bool current = true;
-        for (const detail::ShardRange& r : p.plan.ranges) {
+        for (std::size_t n = p.reads(), r = 0; r < n; ++r) {
           ReadResult& got = reads->result[k++];
           current = current && !got.changed && got.value;
-          if (!current) continue;
-          detail::check_range_size(b->items[i].key, got.value->size(), r.begin, r.end);
-          detail::place_range(p.plan, r, p.pieces, p.buffers.size());
+          if (!current || r >= p.plan.ranges.size()) continue;
+          const detail::ShardRange& range = p.plan.ranges[r];
+          detail::check_range_size(b->items[i].key, got.value->size(), range.begin, range.end);
+          detail::place_range(p.plan, range, p.pieces, p.buffers.size());
           p.buffers.push_back(std::move(*got.value));
         }
         if (!current) {
+          detail::RuntimeAccess::engine(*b->rt).shard_indexes.invalidate(b->store, b->items[i].key,
+                                                                         *b->codec.impl().shard);
           p = ShardPart{};
           whole.push_back(i);
         }
@@ -1073,7 +1094,14 @@ void start_read(Runtime& rt, std::shared_ptr<Store> store, const ChunkCodec& cod
       continue;
     }
     if (b->parts.empty()) b->parts.resize(items.size());
-    b->parts[i].by_ranges = true;
+    ShardPart& p = b->parts[i];
+    p.by_ranges = true;
+    if (auto hit = detail::RuntimeAccess::engine(rt).shard_indexes.find(b->store, items[i].key, *c.shard)) {
+      p.index = std::move(hit->index);
+      p.generation = std::move(hit->generation);
+      p.cached = true;
+      continue;
+    }
     ReadOptions o;
     const std::uint64_t n = c.shard->index_bytes();
     o.range = c.shard->index_at_start() ? ByteRange::from(0, n) : ByteRange::last(n);

@@ -953,8 +953,32 @@ TEST_CASE("the store form reads part of a shard by byte ranges: its index, then 
       CHECK(e.key() == "c/0/0");
       CHECK(e.field() == "chunk_grid");
     }
-    swapping->replacement = encode(codec, values(1000));  // then read whole: refused as well
+    put(encode(codec, values(1000)));  // replaced since its index was cached: then read whole, refused as well
     CHECK_THROWS_AS(read(steps, 9, codec), UnsupportedError);
+  }
+  SECTION("the index of a shard read before comes from the runtime's cache, checked by the ranges") {
+    CHECK(read(steps, 9, codec) == at_steps);
+    CHECK(read(steps, 9, codec) == at_steps);
+    CHECK(kinds() == std::vector<Kind>{Kind::range});  // no index read
+    CHECK(rt.stats().pool_submissions == 1);
+    put(encode(codec, values(1000)));  // replaced since: the range is refused, the shard read whole
+    const std::vector<std::int32_t> at_steps_after{1015, 1019, 1023, 1051, 1055, 0, 1087, 1091, 0};
+    CHECK(read(steps, 9, codec) == at_steps_after);
+    CHECK(kinds() == std::vector<Kind>{Kind::range, Kind::full});
+    CHECK(read(steps, 9, codec) == at_steps_after);  // and its index read anew
+    CHECK(kinds() == std::vector<Kind>{Kind::suffix, Kind::range});
+  }
+  SECTION("a cached index that locates none of the inner chunks touched: one byte checks the shard") {
+    const ChunkBox missing{{5, 9}, {1, 1}, {2, 2}};  // inner chunk (1, 2), all fill: not stored
+    CHECK(read(missing, 4, codec) == std::vector<std::int32_t>(4, 0));
+    CHECK(read(missing, 4, codec) == std::vector<std::int32_t>(4, 0));
+    CHECK(kinds() == std::vector<Kind>{Kind::range});
+    CHECK(store->gets_log()[0].second.length == 1);
+    std::vector<std::int32_t> v = values(0);
+    v[5 * 12 + 9] = 77;  // now stored
+    put(encode(codec, v));
+    CHECK(read(missing, 4, codec) == std::vector<std::int32_t>{77, 0, 0, 0});
+    CHECK(kinds() == std::vector<Kind>{Kind::range, Kind::full});
   }
   SECTION("a batch of shards read whole, by ranges, missing, and replaced in between") {
     swapping->key = "c/0/1";
@@ -1069,6 +1093,45 @@ TEST_CASE("read_now: a few plain chunks a store holds at once are placed on the 
       CHECK(e.key() == "c/1/1");
     }
   }
+}
+
+TEST_CASE("the store form's cached shard index is not used for a shard another program renamed in within one "
+          "tick of a coarse clock (was: possible by the file's generation alone)",
+          "[chunk_codec][regression]") {
+  // Two shards of one size, each holding another inner chunk, renamed in as
+  // zarr-python's LocalStore writes them, with the one time a coarse file
+  // clock gives every write within a tick; ext4 hands a new file the inode
+  // number freed last.
+  test::TempDir dir("chunk-codec-other-program");
+  Runtime rt(RuntimeOptions{.codec_threads = 1});
+  auto store = std::make_shared<FilesystemStore>(rt.io_executor(), dir.path);
+  const ChunkCodec codec = ChunkCodec::from_codecs(
+      json::parse(R"([{"name":"sharding_indexed","configuration":{"chunk_shape":[2],)"
+                  R"("codecs":[{"name":"bytes","configuration":{"endian":"little"}}]}}])"),
+      DataTypeKind::int32, {8});
+  auto encode = [&](std::vector<std::int32_t> v) {
+    std::vector<ChunkEncode> enc(1);
+    enc[0].value = reinterpret_cast<const std::byte*>(v.data());
+    codec.encode_blocking(rt, enc);
+    return *enc[0].encoded;
+  };
+  const Bytes only_head = encode({1, 2, 0, 0, 0, 0, 0, 0}), only_mid = encode({0, 0, 5, 6, 0, 0, 0, 0});
+  REQUIRE(only_head.size() == only_mid.size());
+  auto read = [&] {  // inner chunk 1 only: by the shard's index
+    std::vector<std::int32_t> out(2, -1);
+    std::vector<ChunkDecode> d(1);
+    d[0].key = "c/0";
+    d[0].box = {{2}, {1}, {2}};
+    d[0].out = reinterpret_cast<std::byte*>(out.data());
+    codec.async_read(rt, store, d, asio::use_future).get();
+    return out;
+  };
+  constexpr std::int64_t tick = 1'700'000'000'123'456'789;
+  test::replace_file(dir.path / "c/0", only_head, tick);
+  CHECK(read() == std::vector<std::int32_t>{0, 0});  // fill_value; the index is now cached
+  test::replace_file(dir.path / "c/0", only_head, tick);  // frees the first file's inode number
+  test::replace_file(dir.path / "c/0", only_mid, tick);   // which this one gets
+  CHECK(read() == std::vector<std::int32_t>{5, 6});
 }
 
 TEST_CASE("a store error the I/O thread completes a read with is freed by its catcher, not behind it "

@@ -46,13 +46,15 @@
 // zarr-python's own pipeline does them (no protection against another
 // writer of the same chunk in between; Array is the API with that), except
 // that a read of part of a shard (a box short of the whole shard) reads the
-// shard's index, then by byte ranges the inner chunks the box touches
+// shard's index (or takes it from the runtime's shard index cache, as
+// Array's reads do), then by byte ranges the inner chunks the box touches
 // (coalesced as Array coalesces them, RuntimeOptions::coalesce_gap and
 // coalesce_max), each range on the condition that the shard is the one the
-// index came from: a shard replaced or erased in between is read whole
+// index came from (a cached index that locates none of them: one byte
+// read on that condition): a shard replaced or erased since is read whole
 // instead, and so is every shard of a store without versions (one read
-// more); a range shorter than its index says is CorruptChunk. An index with
-// a checksum is verified on the pool: such a batch makes two pool
+// more); a range shorter than its index says is CorruptChunk. An index read
+// with a checksum is verified on the pool: such a batch makes two pool
 // submissions. The store must outlive the operation. Store errors complete
 // the batch with StoreError naming the key.
 //
