@@ -1096,7 +1096,8 @@ void start_read(Runtime& rt, std::shared_ptr<Store> store, const ChunkCodec& cod
     if (b->parts.empty()) b->parts.resize(items.size());
     ShardPart& p = b->parts[i];
     p.by_ranges = true;
-    if (auto hit = detail::RuntimeAccess::engine(rt).shard_indexes.find(b->store, items[i].key, *c.shard)) {
+    auto hit = detail::RuntimeAccess::engine(rt).shard_indexes.find(b->store, items[i].key, *c.shard);
+    if (hit && hit->index) {
       p.index = std::move(hit->index);
       p.generation = std::move(hit->generation);
       p.cached = true;

@@ -21,10 +21,11 @@ namespace zarrcoro::detail {
 // shard it was decoded from. An entry is only a hint: every read that uses it
 // is conditional on that generation, so a shard that anyone rewrote (another
 // runtime, process or store object) is noticed and its index refetched.
-// Indexes from stores that cannot version values are never cached. An entry
+// Indexes from stores that cannot version values are never cached, nor
+// those whose generation may repeat (Generation::may_repeat). An entry
 // holds a weak reference to its store, so a store made where a freed one
-// was (same address, and generations that may repeat: MemoryStore counts
-// from 1 in each) never finds the freed one's indexes. At most kMaxEntries
+// was (same address, and the same generations: MemoryStore counts from 1
+// in each) never finds the freed one's indexes. At most kMaxEntries
 // indexes of kMaxBytes in all: beyond, the cache starts over. An entry is
 // found only through a sharding codec of the same index layout
 // (ShardingCodec::index_layout) as the one that decoded it: a handle that
@@ -53,10 +54,11 @@ class ShardIndexCache {
     }
     return it->second.entry;
   }
-  // Does nothing for an unknown generation (invalidate instead).
+  // Does nothing for an unknown generation, or one that may repeat
+  // (invalidate instead).
   void put(const std::shared_ptr<Store>& store, const std::string& key, const codecs::ShardingCodec& layout,
            Entry entry) {
-    if (entry.generation.unknown()) return;
+    if (entry.generation.unknown() || entry.generation.may_repeat) return;
     const std::size_t bytes = bytes_of(entry);
     std::string at = id(store, key, layout);
     std::lock_guard lk(mu_);

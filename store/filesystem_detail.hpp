@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cctype>
 #include <charconv>
+#include <cstring>
 #include <cstdint>
 #include <exception>
 #include <filesystem>
@@ -76,14 +77,23 @@ inline void close_fd(int fd) {
   if (fd >= 0) ::close(fd);
 }
 
-// The inode's version (FS_IOC_GETVERSION, i_generation: ext4, XFS, btrfs
-// give each new inode a fresh one, also when they reuse its number), or
-// nullopt where the file system has none.
+// The inode's version (FS_IOC_GETVERSION, i_generation: ext4 and XFS give
+// each new inode a fresh one, also when they reuse its number; btrfs never
+// reuses inode numbers), or nullopt where the file system has none
+// (overlayfs, NFS, most FUSE). Read into 8 bytes: the request is declared
+// for a long, and FUSE passes that many to its server whatever the file
+// system below writes.
 inline std::optional<unsigned long long> inode_version(int fd) {
-  int version = 0;
-  if (fd < 0 || ::ioctl(fd, FS_IOC_GETVERSION, &version) != 0) return std::nullopt;
-  return static_cast<unsigned int>(version);
+  alignas(long) unsigned char out[sizeof(long)] = {};
+  if (fd < 0 || ::ioctl(fd, FS_IOC_GETVERSION, out) != 0) return std::nullopt;
+  unsigned int version = 0;  // an int, in the first bytes
+  std::memcpy(&version, out, sizeof version);
+  return version;
 }
+
+// Whether a modification time is one the engine sets (unique_mtime: 1 ns
+// past a microsecond).
+inline bool engine_mtime(const struct stat& st) { return st.st_mtim.tv_nsec % 1000 == 1; }
 
 // The generation of the file `st` describes (`fd` open on it): device,
 // inode, size and modification time, and the inode's version (`version`,
@@ -93,11 +103,12 @@ inline std::optional<unsigned long long> inode_version(int fd) {
 // process to the microsecond (unique_mtime). Another program's write sets
 // the file system's own time, which a coarse clock (a tick of 1-10 ms on
 // kernels before 6.13) repeats for every write within a tick: the
-// version, which a reused inode does not keep, tells such files apart.
-// Where the time has no part finer than a microsecond, the file system
-// keeps no finer times (seconds on ext4 with 128-byte inodes, FAT or some
-// network file systems; 10 ms on exFAT) even for the engine's writes: then
-// without a version (FAT, exFAT) the generation is unknown.
+// version, which a reused inode does not keep, tells such files apart, and
+// without one the generation may repeat. Where the time has no part finer
+// than a microsecond, the file system keeps no finer times (seconds on
+// ext4 with 128-byte inodes, FAT or some network file systems; 10 ms on
+// exFAT) even for the engine's writes: then without a version (FAT,
+// exFAT) the generation is unknown.
 inline Generation generation_of(const struct stat& st, int fd, std::optional<unsigned long long> version = {}) {
   if (!version) version = inode_version(fd);
   if (!version && st.st_mtim.tv_nsec % 1000 == 0) return {};
@@ -115,7 +126,7 @@ inline Generation generation_of(const struct stat& st, int fd, std::optional<uns
     if (i) *at++ = i == 4 ? '.' : ':';
     at = std::to_chars(at, buf + sizeof buf, fields[i], 16).ptr;
   }
-  return {std::string(buf, at)};
+  return {std::string(buf, at), !version && !engine_mtime(st)};
 }
 
 // Closes a descriptor at scope exit.

@@ -48,7 +48,7 @@ std::string temp_name(const std::string& name) {
 // real-time clock, or past the last one given), and with 1 ns past the
 // microsecond: a file system that keeps it whole keeps the write's
 // generation apart from the value it replaced by it alone, and one that
-// drops the nanoseconds shows that it did (generation_of). Set explicitly because the
+// drops the nanoseconds shows that it did (generation_of, engine_mtime). Set explicitly because the
 // file system's own timestamps may come from a coarse clock (a tick of
 // 1-10 ms on kernels before 6.13), where three rewrites of a value of one
 // size within a tick could repeat a generation (A, B, A: ext4 hands the
@@ -154,9 +154,12 @@ Generation FilesystemStore::generation_at(const std::string& key, int dir_fd, co
   if (!S_ISREG(st.st_mode)) return Generation::absent();  // never opened: a FIFO or a device
   // Opened (and stat'ed again on that descriptor: the name may have moved on).
   const int fd = ::openat(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return errno == ENOENT ? Generation::absent() : Generation{};
+  if (fd < 0) {
+    if (errno == ENOENT || errno == ENOTDIR || errno == ELOOP) return Generation::absent();
+    fail(key, "cannot open " + in_quotes(root_ / key), errno);
+  }
   const FdGuard guard{fd};
-  if (::fstat(fd, &st) != 0) return {};
+  if (::fstat(fd, &st) != 0) fail(key, "cannot stat " + in_quotes(root_ / key), errno);
   return generation_of(st, fd);
 }
 

@@ -1,8 +1,11 @@
 #include "support.hpp"
 
 #include <fcntl.h>
+#include <linux/fs.h>
 #include <stdlib.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <iterator>
@@ -69,6 +72,15 @@ void replace_file(const std::filesystem::path& path, ByteSpan bytes, std::int64_
   std::filesystem::rename(temp, path);
   const timespec times[2] = {{0, UTIME_OMIT}, {mtime_ns / 1'000'000'000, mtime_ns % 1'000'000'000}};
   if (::utimensat(AT_FDCWD, path.c_str(), times, 0) != 0) throw std::runtime_error("cannot set the time of " + path.string());
+}
+
+bool inode_versions(const std::filesystem::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error("cannot open " + path.string());
+  long version = 0;  // FUSE writes a long
+  const bool has = ::ioctl(fd, FS_IOC_GETVERSION, &version) == 0;
+  ::close(fd);
+  return has;
 }
 
 Bytes hex(const std::string& text) {

@@ -55,6 +55,9 @@ Bytes read_file(const std::filesystem::path& p);
 // modification time to `mtime_ns` (ns since the epoch), as a coarse file
 // clock stamps every write within one tick. Throws on failure.
 void replace_file(const std::filesystem::path& path, ByteSpan bytes, std::int64_t mtime_ns);
+// Whether the file system of the file at `path` gives inodes a version
+// (FS_IOC_GETVERSION: ext4, XFS, btrfs; not tmpfs, overlayfs, NFS, FAT).
+bool inode_versions(const std::filesystem::path& path);
 // "01 0a ff" or "010aff" -> bytes.
 Bytes hex(const std::string& text);
 std::string to_hex(ByteSpan bytes);

@@ -1927,11 +1927,7 @@ TEST_CASE("server: a file whose time has no part finer than a microsecond gets a
   asio::co_spawn(s.io, s.store->set("k", as_bytes("AAAA")), asio::use_future).get();  // the inode may come back
   REQUIRE(::utimensat(AT_FDCWD, (s.root() / "k").c_str(), seconds, 0) == 0);
   const auto again = get(s.port(), "/k");
-  const int fd = ::open((s.root() / "k").c_str(), O_RDONLY | O_CLOEXEC);
-  REQUIRE(fd >= 0);
-  int version = 0;
-  const bool versions = ::ioctl(fd, FS_IOC_GETVERSION, &version) == 0;
-  ::close(fd);
+  const bool versions = test::inode_versions(s.root() / "k");
   if (versions) {  // ext4, XFS, btrfs
     CHECK_FALSE(first.empty());
     CHECK(std::string(again[http::field::etag]) != first);
@@ -1955,8 +1951,13 @@ TEST_CASE("server: the ETag changes when a value of the same size is replaced wi
   const auto second = get(s.port(), "/k");
   CHECK(second.body() == "BBBB");
   CHECK(second[http::field::last_modified] == pinned[http::field::last_modified]);
-  CHECK(second[http::field::etag] != pinned[http::field::etag]);
-  CHECK(get(s.port(), "/k", {{"If-None-Match", std::string(pinned[http::field::etag])}}).result_int() == 200);
+  if (test::inode_versions(s.root() / "k")) {  // ext4, XFS, btrfs
+    CHECK(second[http::field::etag] != pinned[http::field::etag]);
+    CHECK(get(s.port(), "/k", {{"If-None-Match", std::string(pinned[http::field::etag])}}).result_int() == 200);
+  } else {  // a time no write of the engine sets, and no version: the tag could repeat, so there is none
+    CHECK(pinned.find(http::field::etag) == pinned.end());
+    CHECK(second.find(http::field::etag) == second.end());
+  }
   CHECK(first.body() == "AAAA");
 }
 

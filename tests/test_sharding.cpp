@@ -311,6 +311,21 @@ TEST_CASE("the shard index cache gives an index only to a sharding codec of the 
   CHECK_FALSE(cache.find(store, "c/1", four));
 }
 
+TEST_CASE("the shard index cache keeps nothing by a generation that may repeat", "[sharding][regression]") {
+  // A file another program wrote, on a file system without inode versions
+  // (FilesystemStore, Generation::may_repeat): the same generation could
+  // come back with a shard of another layout.
+  detail::ShardIndexCache cache;
+  auto store = std::make_shared<MemoryStore>();
+  auto index = std::make_shared<codecs::ShardingCodec::Index>();
+  index->entries.assign(2 * 4, 0);
+  const auto four = layout_of(4);
+  cache.put(store, "c/0", four, {index, Generation{"g", true}});
+  CHECK_FALSE(cache.find(store, "c/0", four));
+  cache.put(store, "c/0", four, {index, Generation{"g"}});
+  CHECK(cache.find(store, "c/0", four));
+}
+
 TEST_CASE("a handle from before an overwrite with fewer inner chunks per shard never reads past the new index "
           "(heap out-of-bounds read under ASan before)",
           "[sharding][regression]") {

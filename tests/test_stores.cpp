@@ -656,11 +656,7 @@ TEST_CASE("FilesystemStore: where times are coarse, A, B, A of one size have dis
   CHECK(st.st_mtim.tv_nsec % 1000 == 1);
   CHECK(h.read("c/0").generation == *written);
   // Whether this file system gives inodes a version (ext4, XFS, btrfs do).
-  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-  REQUIRE(fd >= 0);
-  int version = 0;
-  const bool versions = ::ioctl(fd, FS_IOC_GETVERSION, &version) == 0;
-  ::close(fd);
+  const bool versions = test::inode_versions(file);
   INFO("inode versions: " << versions);
   auto coarsen = [&](long ns) {  // seconds, 10 ms (exFAT), microseconds
     const timespec times[2] = {{0, UTIME_OMIT}, {1'000'000'000, ns}};
@@ -712,14 +708,39 @@ TEST_CASE("FilesystemStore: A, B, A renamed in by another program within one tic
   const ReadResult first = h.read("c/0");
   REQUIRE_FALSE(first.generation.unknown());
   other_program_writes("BBBB");
-  const bool inode_back = other_program_writes("AAAA") == first_inode;
-  INFO("inode number back: " << inode_back);
+  if (other_program_writes("AAAA") != first_inode)
+    WARN("this file system did not hand the inode number back (tmpfs, btrfs): the case cannot arise here");
   const ReadResult again = h.read("c/0");
   CHECK(again.generation != first.generation);
   CHECK_FALSE(h.write("c/0", "DDDD", first.generation).has_value());
   CHECK(h.text("c/0") == "AAAA");
   CHECK(h.write("c/0", "EEEE", again.generation).has_value());
   CHECK(h.text("c/0") == "EEEE");
+}
+
+TEST_CASE("FilesystemStore on a file system without inode versions: another program's file has a generation that "
+          "may repeat, the engine's own a lasting one (was: a cache kept a shard index by a generation that repeats)",
+          "[stores][filesystem][regression]") {
+  // overlayfs, NFS and most FUSE file systems have no FS_IOC_GETVERSION
+  // (refused here, as they refuse it): A, B, A renamed in by another
+  // program within one tick of a coarse clock then have one generation.
+  test::TempDir tmp("stores");
+  const fs::path file = tmp.path / "c" / "0";
+  const auto status = in_child([&] {
+    if (!refuse_syscalls({__NR_ioctl}, ENOTTY)) return kChildSkipped;
+    StoreHarness h(filesystem_factory(tmp.path, kUring));
+    const auto written = h.write("c/0", "AAAA", Generation{});
+    if (!written || written->unknown() || written->may_repeat) return 20;
+    const ReadResult own = h.read("c/0");
+    if (!(own.generation == *written) || own.generation.may_repeat) return 21;
+    test::replace_file(file, std::as_bytes(std::span(std::string_view("BBBB"))), 1'700'000'000'123'456'789);
+    const ReadResult other = h.read("c/0");
+    if (other.generation.unknown() || !other.generation.may_repeat) return 22;
+    // Good for a condition checked at once.
+    if (h.write("c/0", "CCCC", other.generation) != std::nullopt && h.text("c/0") == "CCCC") return 0;
+    return 23;
+  });
+  if (status) CHECK(*status == 0);
 }
 
 TEST_CASE("FilesystemStore: an unconditional write never lands between a conditional write's check and its rename "

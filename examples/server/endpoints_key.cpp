@@ -25,12 +25,13 @@ bool is_metadata_key(std::string_view key) {
 constexpr std::uint64_t kInMemoryBody = 16 << 10;
 
 // The entity tag of a file: a hash (FNV-1a, stable across restarts) of its
-// store generation (device, inode, size, modification time), so that a value
+// store generation (device, inode, size, modification time, inode version), so that a value
 // renamed into place is a new tag even within one tick of the file clock.
 // None ("") where the generation is unknown (a file system that keeps only
-// coarse times): no tag is better than one that outlives a rewrite.
+// coarse times) or may repeat (another program's file on a file system
+// without inode versions): no tag is better than one that outlives a rewrite.
 std::string etag_of(const FilesystemStore::OpenFile& f) {
-  if (f.generation().unknown()) return {};
+  if (f.generation().unknown() || f.generation().may_repeat) return {};
   std::uint64_t h = 0xcbf29ce484222325u;
   for (const char c : f.generation().token) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3u;
   char etag[48];

@@ -76,18 +76,24 @@ struct ByteExtent {
 ByteExtent clip(const ByteRange& range, std::uint64_t size);
 
 // The version of one stored value: an opaque token that changes whenever the
-// value is replaced (FilesystemStore: device, inode, size and modification
-// time of the file read; MemoryStore: a counter; HTTP and S3: the ETag).
-// Equal tokens mean the same value. The default-constructed generation is
-// "unknown": in a result, the store cannot tell; as a condition, none.
+// value is replaced (FilesystemStore: device, inode, size, modification
+// time and inode version of the file read; MemoryStore: a counter; HTTP and
+// S3: the ETag). Equal tokens mean the same value. The default-constructed
+// generation is "unknown": in a result, the store cannot tell; as a
+// condition, none.
 struct Generation {
   std::string token;
+  // The store cannot rule out that a later value gets this token again
+  // (FilesystemStore: a file another program wrote, on a file system
+  // without inode versions, see filesystem.hpp). Good for a condition
+  // checked at once; a cache must not keep anything by it.
+  bool may_repeat = false;
 
   // The generation of "no value at this key".
   static Generation absent() { return {"<absent>"}; }
   bool unknown() const { return token.empty(); }
   bool is_absent() const { return token == "<absent>"; }
-  bool operator==(const Generation&) const = default;
+  bool operator==(const Generation& other) const { return token == other.token; }
 };
 
 struct ReadOptions {

@@ -128,13 +128,16 @@ class FilesystemStore : public Store {
   // descriptor the read uses; each write sets a time unique in the process
   // to the microsecond (1 ns past it). The version tells apart files that
   // another program renames into place within one tick of a coarse file
-  // clock (kernels before 6.13), where the inode number comes back. Where
-  // the file's time has no part finer than a microsecond (ext4 with
-  // 128-byte inodes, FAT, exFAT, some network file systems) and the file
-  // system has no versions, the generation is unknown (conditions then
-  // cannot be honoured). A program that rewrites a file in place, rather
-  // than renaming a new one over it, twice within one tick of a coarse
-  // clock leaves no trace in any of these. A conditional write or erase holds an
+  // clock (kernels before 6.13), where the inode number comes back. On a
+  // file system without versions (overlayfs, NFS, most FUSE) the
+  // generation of a file with another program's time may repeat
+  // (Generation::may_repeat: no cache keeps anything by it). Where the
+  // file's time has no part finer than a microsecond (ext4 with 128-byte
+  // inodes, FAT, exFAT, some network file systems) and the file system has
+  // no versions, the generation is unknown (conditions then cannot be
+  // honoured). A program that rewrites a file in place, rather than
+  // renaming a new one over it, twice within one tick of a coarse clock
+  // leaves no trace in any of these. A conditional write or erase holds an
   // exclusive flock(2) on the key's directory while it compares and
   // renames (or unlinks), and an unconditional one a shared lock while it
   // renames (or unlinks): so nothing lands at a key between a conditional
