@@ -172,7 +172,7 @@ class WriteOp final : public ChunkOp {
         const Generation if_equal = t.read_existing ? t.generation : Generation();
         const auto stored = co_await put(t.key, std::move(value), if_equal);
         if (st_->shard) {  // the new shard's index, or none when its generation is unknown
-          if (stored && t.index && !stored->unknown())
+          if (stored && t.index && !stored->unknown() && !stored->may_repeat)
             engine_.shard_indexes.put(st_->store, t.key, *st_->shard, {t.index, *stored});
           else
             engine_.shard_indexes.invalidate(st_->store, t.key, *st_->shard);

@@ -1128,7 +1128,7 @@ TEST_CASE("the store form's cached shard index is not used for a shard another p
   };
   constexpr std::int64_t tick = 1'700'000'000'123'456'789;
   test::replace_file(dir.path / "c/0", only_head, tick);
-  CHECK(read() == std::vector<std::int32_t>{0, 0});  // fill_value; the index is now cached
+  CHECK(read() == std::vector<std::int32_t>{0, 0});  // fill; the index is cached if inode versions
   test::replace_file(dir.path / "c/0", only_head, tick);  // frees the first file's inode number
   test::replace_file(dir.path / "c/0", only_mid, tick);   // which this one gets
   CHECK(read() == std::vector<std::int32_t>{5, 6});

@@ -396,7 +396,7 @@ TEST_CASE("a cached shard index is not used for a shard another program renamed 
     const NdArray r = a.read_blocking({{2}, {4}});  // inner chunk 1 only: by the shard's index
     return std::vector<std::int32_t>(r.as<std::int32_t>().begin(), r.as<std::int32_t>().end());
   };
-  CHECK(values() == std::vector<std::int32_t>{0, 0});  // fill_value; the index is now cached
+  CHECK(values() == std::vector<std::int32_t>{0, 0});  // fill; the index is cached if inode versions
   test::replace_file(dir.path / "a/c/0", only_head, tick);  // frees the first file's inode number
   test::replace_file(dir.path / "a/c/0", only_mid, tick);   // which this one gets
   CHECK(values() == std::vector<std::int32_t>{5, 6});

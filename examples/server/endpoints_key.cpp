@@ -28,10 +28,13 @@ constexpr std::uint64_t kInMemoryBody = 16 << 10;
 // store generation (device, inode, size, modification time, inode version), so that a value
 // renamed into place is a new tag even within one tick of the file clock.
 // None ("") where the generation is unknown (a file system that keeps only
-// coarse times) or may repeat (another program's file on a file system
-// without inode versions): no tag is better than one that outlives a rewrite.
+// coarse times): no tag is better than one that outlives a rewrite. One
+// that may repeat (another program's file on a file system without inode
+// versions) still gets a tag: without one, clients could not tell a file
+// replaced between two range requests, which is far likelier than A, B, A
+// within one tick of a coarse clock.
 std::string etag_of(const FilesystemStore::OpenFile& f) {
-  if (f.generation().unknown() || f.generation().may_repeat) return {};
+  if (f.generation().unknown()) return {};
   std::uint64_t h = 0xcbf29ce484222325u;
   for (const char c : f.generation().token) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3u;
   char etag[48];
@@ -125,9 +128,10 @@ awaitable<Reply> get_key(std::shared_ptr<ServerState> self, std::string key, boo
   const std::uint64_t length = body.size();
   res.content_length(length);
   if (head) co_return reply("key", std::move(res));
-  // Large, or of a file whose version the store cannot name (unknown
-  // generation): sent from the open file, which stays that version.
-  if (length > kInMemoryBody || file->generation().unknown())
+  // Large, or of a file whose version the store cannot name surely
+  // (unknown, or may repeat): sent from the open file, which stays that
+  // version.
+  if (length > kInMemoryBody || file->generation().unknown() || file->generation().may_repeat)
     co_return Reply{"key", std::move(res), nullptr, std::move(body)};
 
   // Small: the pieces in memory, from the page cache at once, or through
