@@ -1109,13 +1109,8 @@ TEST_CASE("the store form's cached shard index is not used for a shard another p
       json::parse(R"([{"name":"sharding_indexed","configuration":{"chunk_shape":[2],)"
                   R"("codecs":[{"name":"bytes","configuration":{"endian":"little"}}]}}])"),
       DataTypeKind::int32, {8});
-  auto encode = [&](std::vector<std::int32_t> v) {
-    std::vector<ChunkEncode> enc(1);
-    enc[0].value = reinterpret_cast<const std::byte*>(v.data());
-    codec.encode_blocking(rt, enc);
-    return *enc[0].encoded;
-  };
-  const Bytes only_head = encode({1, 2, 0, 0, 0, 0, 0, 0}), only_mid = encode({0, 0, 5, 6, 0, 0, 0, 0});
+  const Bytes only_head = encode_whole(rt, codec, {1, 2, 0, 0, 0, 0, 0, 0}),
+              only_mid = encode_whole(rt, codec, {0, 0, 5, 6, 0, 0, 0, 0});
   REQUIRE(only_head.size() == only_mid.size());
   auto read = [&] {  // inner chunk 1 only: by the shard's index
     std::vector<std::int32_t> out(2, -1);
