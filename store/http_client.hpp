@@ -162,8 +162,8 @@ class Client : public std::enable_shared_from_this<Client> {
 };
 
 // A response's generation: its strong ETag, verbatim (If-Match takes it
-// back as is). A weak or missing ETag cannot make a condition (If-Match
-// compares strongly): unknown.
+// back as is), `may_repeat` by HttpStore::kMayRepeatETagSuffix. A weak or
+// missing ETag cannot make a condition (If-Match compares strongly): unknown.
 Generation etag_generation(const Response& r);
 
 // The reason phrase of an HTTP status, e.g. "Service Unavailable".

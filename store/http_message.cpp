@@ -11,6 +11,7 @@
 #include <boost/beast/http.hpp>
 
 #include <zarrcoro/error.hpp>
+#include <zarrcoro/store/http.hpp>
 
 namespace zarrcoro::http {
 
@@ -199,7 +200,9 @@ std::string Response::header(std::string_view name) const {
 Generation etag_generation(const Response& r) {
   std::string etag = r.header("ETag");
   if (etag.size() < 2 || etag.front() != '"') return {};
-  return {std::move(etag)};
+  const std::string_view opaque = std::string_view(etag).substr(1, etag.size() - 2);
+  const bool may_repeat = opaque.ends_with(HttpStore::kMayRepeatETagSuffix);
+  return {std::move(etag), may_repeat};
 }
 
 std::string_view status_text(unsigned status) {

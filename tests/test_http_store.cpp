@@ -879,6 +879,23 @@ TEST_CASE("HttpStore: a 412 to a read without a condition is an error (was: read
   CHECK_THROWS_AS(h.read("k", Generation::absent()), StoreError);  // no If-Match was sent for absence either
 }
 
+TEST_CASE("HttpStore: an ETag marked as one that may repeat gives a generation that may repeat (was: a shard index "
+          "cached by the example server's tag for another program's file, which a later file got again)",
+          "[http][faults][regression]") {
+  FaultServer server;
+  server.answer("/marked", 200, {{"ETag", "\"1f-4;may-repeat\""}}, "AAAA");
+  server.answer("/plain", 200, {{"ETag", "\"1f-4\""}}, "AAAA");
+  server.answer("/weak", 200, {{"ETag", "W/\"1f-4;may-repeat\""}}, "AAAA");
+  HttpHarness h(server.url(), fast());
+  const ReadResult marked = h.read("marked");
+  CHECK(marked.generation.token == "\"1f-4;may-repeat\"");
+  CHECK(marked.generation.may_repeat);
+  const ReadResult plain = h.read("plain");
+  CHECK(plain.generation.token == "\"1f-4\"");
+  CHECK_FALSE(plain.generation.may_repeat);
+  CHECK(h.read("weak").generation.unknown());
+}
+
 TEST_CASE("HttpStore: a redirect to another origin drops the store's own headers; the same origin keeps them "
           "(was: Authorization sent to any host)",
           "[http][faults][regression]") {

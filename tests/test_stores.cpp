@@ -4,19 +4,15 @@
 #include <sched.h>
 #include <linux/fs.h>
 #include <liburing.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
 #include <sys/inotify.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <linux/magic.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
@@ -39,6 +35,7 @@
 #include <zarrcoro/store/filesystem.hpp>
 #include <zarrcoro/store/memory.hpp>
 
+#include "child.hpp"
 #include "rename_hook.hpp"
 #include "store_conformance.hpp"
 #include "support.hpp"
@@ -46,6 +43,9 @@
 namespace fs = std::filesystem;
 using namespace zarrcoro;
 using zarrcoro::test::bytes_of;
+using zarrcoro::test::in_child;
+using zarrcoro::test::kChildSkipped;
+using zarrcoro::test::refuse_syscalls;
 using zarrcoro::test::StoreHarness;
 using Strings = std::vector<std::string>;
 
@@ -58,25 +58,6 @@ bool io_uring_works() {
   return true;
 }
 
-// The threads of this process other than the caller's, leaving out the
-// kernel's io_uring workers (which hold no lock of ours) and, under TSan,
-// the sanitizer's own background thread (started with the first thread).
-int other_threads() {
-#ifdef ZARRCORO_TEST_TSAN
-  std::thread([] {}).join();
-  int n = -2;
-#else
-  int n = -1;  // the caller
-#endif
-  for (const auto& task : fs::directory_iterator("/proc/self/task")) {
-    std::ifstream comm(task.path() / "comm");
-    std::string name;
-    if (!std::getline(comm, name)) continue;  // it ended meanwhile
-    if (name.rfind("iou-", 0) != 0) ++n;
-  }
-  return n;
-}
-
 // A whole read of a small value that must not wait, as a caller's thread makes it.
 ReadOptions must_not_wait() {
   ReadOptions o;
@@ -84,25 +65,6 @@ ReadOptions must_not_wait() {
   o.need_generation = false;
   o.size_hint = 100;
   return o;
-}
-
-// Makes each system call in `refused` fail with `error` on every thread of
-// this process, for good (a seccomp filter cannot be removed): call it only
-// in the body of in_child. False where no filter can be installed here.
-bool refuse_syscalls(std::initializer_list<int> refused, int error = EPERM) {
-  // Load the call number; a match jumps to the last instruction (EPERM); else allow.
-  const auto n = static_cast<unsigned char>(refused.size());
-  std::vector<sock_filter> filter{BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr))};
-  unsigned char i = 0;
-  for (int nr : refused) {
-    const auto to_refusal = static_cast<unsigned char>(n - i++);
-    filter.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<unsigned>(nr), to_refusal, 0));
-  }
-  filter.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
-  filter.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (static_cast<unsigned>(error) & SECCOMP_RET_DATA)));
-  const sock_fprog prog{static_cast<unsigned short>(filter.size()), filter.data()};
-  return ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
-         ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog) == 0;
 }
 
 // Which of the first `pages` pages of the open file `fd` are in the page
@@ -117,36 +79,6 @@ std::vector<bool> resident_pages(int fd, std::size_t pages) {
   std::vector<bool> out(pages);
   for (std::size_t i = 0; i < pages; ++i) out[i] = in_core[i] & 1;
   return out;
-}
-
-// The exit status of a child that cannot run here (no seccomp filter).
-constexpr int kChildSkipped = 77;
-
-// Runs `body` in a child process forked from this one; returns body's result
-// as the child's exit status, or nullopt (with a warning) if it was
-// kChildSkipped. Only while this process runs no other thread: the child
-// would get a copy of each lock, and one that another thread held at the
-// fork would stay held for good (a store's pool mutex did, in CI).
-std::optional<int> in_child(const std::function<int()>& body) {
-  // A joined thread may linger in /proc for a moment.
-  for (int i = 0; i < 200 && other_threads() != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  REQUIRE(other_threads() == 0);
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    int code = 1;
-    try {
-      code = body();
-    } catch (...) {
-    }
-    ::_exit(code);
-  }
-  int status = 0;
-  REQUIRE(::waitpid(pid, &status, 0) == pid);
-  REQUIRE(WIFEXITED(status));
-  if (WEXITSTATUS(status) != kChildSkipped) return WEXITSTATUS(status);
-  WARN("SKIPPED: cannot install a seccomp filter here");
-  return std::nullopt;
 }
 
 std::string slurp(const fs::path& p) {
@@ -735,7 +667,7 @@ TEST_CASE("FilesystemStore on a file system without inode versions: another prog
   test::TempDir tmp("stores");
   const fs::path file = tmp.path / "c" / "0";
   const auto status = in_child([&] {
-    if (!refuse_syscalls({__NR_ioctl}, ENOTTY)) return kChildSkipped;
+    if (!test::refuse_ioctl(FS_IOC_GETVERSION, ENOTTY)) return kChildSkipped;
     StoreHarness h(filesystem_factory(tmp.path, kUring));
     const auto written = h.write("c/0", "AAAA", Generation{});
     if (!written || written->unknown() || written->may_repeat) return 20;

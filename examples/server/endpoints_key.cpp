@@ -6,6 +6,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <zarrcoro/store/http.hpp>
+
 #include "endpoints.hpp"
 #include "http_util.hpp"
 #include "server_state.hpp"
@@ -30,17 +32,20 @@ constexpr std::uint64_t kInMemoryBody = 16 << 10;
 // None ("") where the generation is unknown (a file system that keeps only
 // coarse times): no tag is better than one that outlives a rewrite. One
 // that may repeat (another program's file on a file system without inode
-// versions) still gets a tag: without one, clients could not tell a file
-// replaced between two range requests, which is far likelier than A, B, A
-// within one tick of a coarse clock.
+// versions) still gets a tag, marked (HttpStore::kMayRepeatETagSuffix):
+// without one, clients could not tell a file replaced between two range
+// requests, which is far likelier than A, B, A within one tick of a coarse
+// clock. By the mark, HttpStore caches nothing by it, and this server
+// answers no If-None-Match or If-Range by it.
 std::string etag_of(const FilesystemStore::OpenFile& f) {
-  if (f.generation().unknown()) return {};
+  const Generation& g = f.generation();
+  if (g.unknown()) return {};
   std::uint64_t h = 0xcbf29ce484222325u;
-  for (const char c : f.generation().token) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3u;
-  char etag[48];
-  std::snprintf(etag, sizeof etag, "\"%016llx-%llx\"", static_cast<unsigned long long>(h),
+  for (const char c : g.token) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3u;
+  char opaque[48];
+  std::snprintf(opaque, sizeof opaque, "%016llx-%llx", static_cast<unsigned long long>(h),
                 static_cast<unsigned long long>(f.size()));
-  return etag;
+  return '"' + std::string(opaque) + std::string(g.may_repeat ? HttpStore::kMayRepeatETagSuffix : "") + '"';
 }
 
 // The boundary of multipart/byteranges bodies: not in any part's header.
@@ -62,6 +67,9 @@ awaitable<Reply> get_key(std::shared_ptr<ServerState> self, std::string key, boo
   if (!file) co_return reply("key", not_found());
 
   const std::string etag = etag_of(*file);
+  // The tag a client's If-None-Match or If-Range may match: none if it may
+  // name another version of the file too (only "*" then matches).
+  const std::string lasting_etag = file->generation().may_repeat ? "" : etag;
   const std::string last_modified = http_date(file->modified());
   const auto modified_s = std::chrono::floor<std::chrono::seconds>(file->modified());
   Response res = respond(http::status::ok, is_metadata_key(key) ? "application/json" : "application/octet-stream");
@@ -71,7 +79,7 @@ awaitable<Reply> get_key(std::shared_ptr<ServerState> self, std::string key, boo
 
   bool not_modified = false;
   if (!pre.if_none_match.empty()) {
-    not_modified = etag_matches(pre.if_none_match, etag);
+    not_modified = etag_matches(pre.if_none_match, lasting_etag);
   } else if (!pre.if_modified_since.empty()) {
     const auto since = parse_http_date(pre.if_modified_since);
     not_modified = since && modified_s <= *since;
@@ -88,7 +96,7 @@ awaitable<Reply> get_key(std::shared_ptr<ServerState> self, std::string key, boo
   bool use_range = !head && !pre.range.empty();
   if (use_range && !pre.if_range.empty()) {
     const std::string_view v = pre.if_range;
-    if (v.starts_with('"') || v.starts_with("W/")) use_range = !etag.empty() && v == etag;
+    if (v.starts_with('"') || v.starts_with("W/")) use_range = !lasting_etag.empty() && v == lasting_etag;
     else  // a date validates only a file at least a second older than now (RFC 9110 13.1.5: strong)
       use_range = parse_http_date(v) == std::optional(modified_s) &&
                   file->modified() + std::chrono::seconds(1) <= std::chrono::system_clock::now();

@@ -46,6 +46,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -129,9 +130,19 @@ class HttpStore : public Store {
   HttpStore(boost::asio::any_io_executor io, std::string base_url, HttpStoreOptions options = {});
   ~HttpStore() override;
 
+  // The end of the opaque part of an ETag that a later value of the key
+  // may get again (zarrcoro's server tags so another program's file on a
+  // file system without inode versions): "\"<tag>;may-repeat\"". Such a
+  // tag's generation is `may_repeat`, so no cache keeps anything by it.
+  // Other servers' tags are taken as lasting, as HTTP asks of a strong tag
+  // (nginx's, a time in seconds and a size, repeats for values of one size
+  // replaced within a second).
+  static constexpr std::string_view kMayRepeatETagSuffix = ";may-repeat";
+
   // Success: the (clipped) range of the value, or nullopt when the server
   // answers 404 or 410, with the value's generation: its strong ETag
-  // (unknown when the server sends none, or a weak one). An empty range is
+  // (unknown when the server sends none, or a weak one; `may_repeat` when
+  // the tag ends in kMayRepeatETagSuffix). An empty range is
   // a HEAD request. A condition is sent as If-Match; a 412, or an answer
   // whose ETag differs (a server that ignores If-Match), reads as
   // `changed`. A condition on absence is checked on the answer.
