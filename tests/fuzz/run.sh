@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the libFuzzer targets built in BUILD_DIR (cmake -DZARRCORO_FUZZ=ON).
 #   tests/fuzz/run.sh BUILD_DIR [SECONDS]      (SECONDS per target, default 20)
-# For each target tests/fuzz/fuzz_<name>.cpp, in order:
+# For each target tests/fuzz/fuzz_<name>.cpp (FUZZ_JOBS at once, default one
+# per CPU):
 #  1. replays tests/fuzz/regressions/fuzz_<name>/* (inputs that once crashed);
 #  2. fuzzes for SECONDS over a scratch corpus, with the checked-in seeds
 #     tests/fuzz/corpus/fuzz_<name>/ as a second, read-only corpus directory
@@ -37,17 +38,15 @@ fi
 scratch="$(mktemp -d "${TMPDIR:-/tmp}/zarrcoro-fuzz.XXXXXX")"
 trap 'rm -rf "$scratch"' EXIT
 
-passed=0
-failed=0
-for t in "${targets[@]}"; do
-  bin="$build/tests/fuzz/$t"
-  out="$build/fuzz/$t"
+# run_target T: one target, steps 1 and 2; prints its lines, fails if it failed.
+run_target() {
+  local t=$1
+  local bin="$build/tests/fuzz/$t" out="$build/fuzz/$t" start regs bad corpus seeds dict runs cov artifact f
   mkdir -p "$out"
   rm -f "$out"/crash-* "$out"/leak-* "$out"/timeout-* "$out"/oom-* "$out"/*.log
   if [ ! -x "$bin" ]; then
     echo "$t: FAILED (not built: $bin)"
-    failed=$((failed + 1))
-    continue
+    return 1
   fi
   start=$(date +%s)
 
@@ -67,8 +66,7 @@ for t in "${targets[@]}"; do
     if ((${#bad[@]})); then
       echo "$t: FAILED (${#bad[@]} of ${#regs[@]} regressions still crash: ${bad[*]}; log $out/regressions-failed.log)"
       grep -m3 -E "ERROR: |SUMMARY: |fuzz check failed|terminate called|what\(\)" "$out/regressions-failed.log" | sed 's/^/    /'
-      failed=$((failed + 1))
-      continue
+      return 1
     fi
   fi
 
@@ -86,13 +84,27 @@ for t in "${targets[@]}"; do
     runs=$(grep -m1 -oE 'stat::number_of_executed_units: *[0-9]+' "$out/fuzz.log" | grep -oE '[0-9]+$')
     cov=$(grep -oE 'cov: [0-9]+' "$out/fuzz.log" | tail -1)
     echo "$t: ok (${regs[*]:+${#regs[@]} regressions, }${runs:-?} runs, ${cov:-cov: ?}, corpus $(find "$corpus" -type f | wc -l) new, $(($(date +%s) - start)) s)"
-    passed=$((passed + 1))
   else
     artifact=$(ls -t "$out"/crash-* "$out"/leak-* "$out"/timeout-* "$out"/oom-* 2>/dev/null | head -1)
     echo "$t: FAILED (${artifact:-no artifact}; log $out/fuzz.log)"
     grep -m3 -E "ERROR: |SUMMARY: |fuzz check failed|terminate called|what\(\)" "$out/fuzz.log" | sed 's/^/    /'
-    failed=$((failed + 1))
+    return 1
   fi
+}
+
+# FUZZ_JOBS targets at once (default: one per CPU); lines print in order.
+jobs_max=${FUZZ_JOBS:-$(nproc)}
+for t in "${targets[@]}"; do
+  while (($(jobs -rp | wc -l) >= jobs_max)); do wait -n; done
+  (run_target "$t" >"$scratch/$t.out" 2>&1; echo $? >"$scratch/$t.status") &
+done
+wait
+
+passed=0
+failed=0
+for t in "${targets[@]}"; do
+  cat "$scratch/$t.out"
+  if [ "$(cat "$scratch/$t.status" 2>/dev/null)" = 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 done
 
 echo "$passed passed, $failed failed"

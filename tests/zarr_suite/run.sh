@@ -15,7 +15,7 @@
 #              no plugin, no exclusions
 #   --quick    the modules that reach a pipeline's reads and writes (QUICK
 #              below), about a third of the time; without it, all of tests/
-#              but tests/benchmarks (what ctest runs: 4-7 minutes on 2 cores)
+#              but tests/benchmarks (what ctest runs: 5-6 minutes on 2 cores)
 #
 # Tests listed in exclusions.txt (node id, then "# reason") are deselected
 # in our runs. JUnit XML goes to BUILD_DIR/zarr_suite/<ours|default>[-quick].xml.
@@ -78,7 +78,12 @@ else
   targets=(tests --ignore=tests/benchmarks)
 fi
 
-args=(-q -p no:cacheprovider -o log_cli=false -o faulthandler_timeout=900)
+# One worker process per CPU (pytest-xdist; ZARR_SUITE_WORKERS to choose,
+# 0 for none): the suite is Python-bound, and ctest runs it alone. The
+# hypothesis property tests run derandomized (zarr's "ci" profile, 300
+# examples each), so each run tries the same examples.
+args=(-q -p no:cacheprovider -o log_cli=false -o faulthandler_timeout=900 -n "${ZARR_SUITE_WORKERS:-auto}")
+export HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-ci}
 name=$mode
 [ "$quick" = 1 ] && name=$mode-quick
 args+=(--junitxml="$work/$name.xml")

@@ -10,6 +10,8 @@ import logging
 import os
 import re
 
+import pytest
+
 PIPELINE = "zarrcoro.pipeline.CodecPipeline"
 os.environ["ZARR_CODEC_PIPELINE__PATH"] = PIPELINE
 
@@ -50,13 +52,38 @@ def pytest_report_header(config):
     return f"zarrcoro_suite: codec_pipeline.path = {zarr.config.get('codec_pipeline.path')}"
 
 
-def pytest_terminal_summary(terminalreporter):
+_STATS = ("pool_submissions", "chunks", "codec_calls", "codec_calls_on_io_thread")
+# What the pytest-xdist workers reported (their own engines and fallbacks).
+_workers = {"stats": collections.Counter(), "reasons": collections.Counter()}
+
+
+def _own_stats():
     import zarrcoro
 
     stats = zarrcoro.default_runtime().stats()
+    return {name: stats[name] for name in _STATS}
+
+
+def pytest_sessionfinish(session):
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: hand the counts to the controller
+        workeroutput["zarrcoro_stats"] = _own_stats()
+        workeroutput["zarrcoro_reasons"] = dict(_fallbacks.reasons)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    output = getattr(node, "workeroutput", {})
+    _workers["stats"].update(output.get("zarrcoro_stats", {}))
+    _workers["reasons"].update(output.get("zarrcoro_reasons", {}))
+
+
+def pytest_terminal_summary(terminalreporter):
+    stats = collections.Counter(_own_stats()) + _workers["stats"]
+    reasons = _fallbacks.reasons + _workers["reasons"]
     terminalreporter.write_sep("-", "zarrcoro engine")
     terminalreporter.write_line(
         f"pool submissions {stats['pool_submissions']}, chunks {stats['chunks']}, "
         f"codec calls {stats['codec_calls']} (on an I/O thread: {stats['codec_calls_on_io_thread']})")
-    for reason, n in _fallbacks.reasons.most_common(15):
+    for reason, n in reasons.most_common(15):
         terminalreporter.write_line(f"{n:6d}  {reason}")
