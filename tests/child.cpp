@@ -10,8 +10,8 @@
 #include <chrono>
 #include <cstddef>
 #include <filesystem>
-#include <iterator>
 #include <fstream>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -42,6 +42,13 @@ int other_threads() {
   return n;
 }
 
+// Installs `filter` on every thread of this process, for good.
+bool install(std::span<const sock_filter> filter) {
+  const sock_fprog prog{static_cast<unsigned short>(filter.size()), const_cast<sock_filter*>(filter.data())};
+  return ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
+         ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog) == 0;
+}
+
 }  // namespace
 
 bool refuse_syscalls(std::initializer_list<int> refused, int error) {
@@ -55,9 +62,7 @@ bool refuse_syscalls(std::initializer_list<int> refused, int error) {
   }
   filter.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
   filter.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (static_cast<unsigned>(error) & SECCOMP_RET_DATA)));
-  const sock_fprog prog{static_cast<unsigned short>(filter.size()), filter.data()};
-  return ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
-         ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog) == 0;
+  return install(filter);
 }
 
 bool refuse_ioctl(unsigned long request, int error) {
@@ -70,9 +75,7 @@ bool refuse_ioctl(unsigned long request, int error) {
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (static_cast<unsigned>(error) & SECCOMP_RET_DATA)),
   };
-  const sock_fprog prog{static_cast<unsigned short>(std::size(filter)), const_cast<sock_filter*>(filter)};
-  return ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
-         ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog) == 0;
+  return install(filter);
 }
 
 std::optional<int> in_child(const std::function<int()>& body) {
