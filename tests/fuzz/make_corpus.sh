@@ -341,6 +341,27 @@ for s in ('206\n0 10\nbytes 0-9/100\n0123456789', '206\n90 20\nbytes 90-99/100\n
           '206\n0 1\nbytes 0-0\nx', '404\n0 1\n\n<Error/>', '206\n-5\nbytes 3-1/4\n'):
     put('fuzz_http_response', hashlib.sha1(s.encode()).hexdigest()[:10], s)
 
+# ---- HTTP content codings (status, Content-Encoding, limit, body) ----
+text = b'{"zarr_format": 3, "node_type": "array"}' * 4
+gz = lambda b: gzip.compress(b, mtime=0)
+deflater = zlib.compressobj(wbits=-15)
+raw = deflater.compress(text) + deflater.flush()
+for name, head, body in (
+    ('gzip', b'200\ngzip\n4096\n', gz(text)),
+    ('gzip_twice', b'200\ngzip, gzip\n4096\n', gz(gz(text))),
+    ('gzip_members', b'200\nx-gzip\n4096\n', gz(text) + gz(b'tail')),
+    ('zlib', b'200\nDeflate\n4096\n', zlib.compress(text)),
+    ('raw_deflate', b'200\ndeflate\n4096\n', raw),
+    ('over_limit', b'200\ngzip\n100\n', gz(text)),
+    ('cut_short', b'200\ngzip\n4096\n', gz(text)[:-9]),
+    ('trailing', b'200\ndeflate\n4096\n', zlib.compress(text) + b'xx'),
+    ('range', b'206\ngzip\n4096\n', gz(text)),
+    ('error_answer', b'503\ngzip\n4096\n', b'<Error>not gzip</Error>'),
+    ('unsupported', b'200\nidentity, br\n4096\n', text),
+    ('identity', b'200\n identity \n10\n', text),
+):
+    put('fuzz_http_coding', name, head + body)
+
 # ---- S3 XML bodies ----
 for name, s in (
     ('list', '<?xml version="1.0" encoding="UTF-8"?><ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
