@@ -1136,16 +1136,20 @@ TEST_CASE("a store error the I/O thread completes a read with is freed by its ca
   // caught the error and dropped it, then lets it go through a relaxed flag:
   // no order ThreadSanitizer can see. Whatever the I/O thread still holds of
   // the exception is freed after the caller read it, which TSan reports.
-  test::TempDir dir("chunk-codec-error");
-  Runtime rt(RuntimeOptions{.codec_threads = 2});
-  auto store = std::make_shared<FilesystemStore>(rt.io_executor(), dir.path);
-  const ChunkCodec codec = ChunkCodec::from_codecs(json::parse(kZstd), DataTypeKind::int32, {4});
+  //
+  // What the handler uses is declared before the runtime: the handler may
+  // still be reading `handled` on the I/O thread when this scope ends, and
+  // ~Runtime joins that thread (was: a stack-use-after-scope under ASan).
   std::vector<std::int32_t> out(4);
   std::vector<ChunkDecode> bad(1);
   bad[0].key = "../escape";
   bad[0].out = reinterpret_cast<std::byte*>(out.data());
   std::exception_ptr delivered;
   std::atomic<bool> arrived{false}, handled{false};
+  test::TempDir dir("chunk-codec-error");
+  Runtime rt(RuntimeOptions{.codec_threads = 2});
+  auto store = std::make_shared<FilesystemStore>(rt.io_executor(), dir.path);
+  const ChunkCodec codec = ChunkCodec::from_codecs(json::parse(kZstd), DataTypeKind::int32, {4});
   auto handler = [&](std::exception_ptr e) {
     delivered = std::move(e);
     arrived.store(true, std::memory_order_release);
