@@ -15,7 +15,7 @@
 #              no plugin, no exclusions
 #   --quick    the modules that reach a pipeline's reads and writes (QUICK
 #              below), about a third of the time; without it, all of tests/
-#              but tests/benchmarks (what ctest runs: about 8 minutes on 2 cores)
+#              but tests/benchmarks (what ctest runs: 5-8 minutes on 2 cores)
 #
 # Tests listed in exclusions.txt (node id, then "# reason") are deselected
 # in our runs. JUnit XML goes to BUILD_DIR/zarr_suite/<ours|default>[-quick].xml.
