@@ -74,7 +74,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   fuzz::check(decoded || data_answer, "an error answer's body that cannot be decoded threw instead of being dropped");
   // The header is removed exactly when a coding was undone (or, for an error
   // answer, its body dropped).
-  if (decoded && !coding.empty() && r.header("Content-Encoding").empty())
+  if (decoded && r.headers.find(http::beast_http::field::content_encoding) == r.headers.end())
     fuzz::check(r.body.size() <= limit, "a decoded body above the limit");
 
   if (status != 200) return 0;
@@ -86,7 +86,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     } else {
       fuzz::check(ok, "zlib's own coding of the body did not decode");
       fuzz::check(coded.body == fuzz::owned(body), "the body decoded to other bytes");
-      fuzz::check(coded.header("Content-Encoding").empty(), "Content-Encoding was left on a decoded body");
+      fuzz::check(coded.headers.find(http::beast_http::field::content_encoding) == coded.headers.end(),
+                  "Content-Encoding was left on a decoded body");
     }
   }
   return 0;
