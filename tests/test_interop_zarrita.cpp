@@ -328,7 +328,12 @@ Sample make_sample(DataTypeKind kind, Fill which) {
     case K::float64: return make_sample<double>(which);
     case K::complex64: return make_sample<std::complex<float>>(which);
     case K::complex128: return make_sample<std::complex<double>>(which);
-    default: break;  // string and structured types: not in kDataTypes
+    case K::bytes:
+    case K::unicode:
+    case K::structured:
+    case K::string:
+    case K::vlen_bytes:
+      break;  // not in kDataTypes
   }
   FAIL("unhandled data type");
   return {};
