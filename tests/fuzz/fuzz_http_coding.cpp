@@ -9,13 +9,12 @@
 // Round trip: the rest, coded by zlib as gzip, as zlib-wrapped deflate and as
 // raw deflate, decodes to exactly itself when it fits the limit, and fails
 // when it does not.
-#include <zlib.h>
-
 #include <charconv>
 #include <string>
 
 #include "fuzz_common.hpp"
 #include "store/http_client.hpp"
+#include "tests/fault_server.hpp"  // FaultServer::encode: zlib's own coding
 
 using namespace zarrcoro;
 
@@ -24,23 +23,6 @@ namespace {
 bool number(std::string_view s, std::uint64_t& v) {
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   return ec == std::errc{} && end == s.data() + s.size();
-}
-
-// `in` coded by zlib with `window_bits` (31: gzip, 15: zlib, -15: raw deflate).
-Bytes code(std::string_view in, int window_bits) {
-  z_stream z{};
-  if (deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, window_bits, 8, Z_DEFAULT_STRATEGY) != Z_OK)
-    fuzz::fail("zlib cannot be initialised");
-  Bytes out(deflateBound(&z, static_cast<uLong>(in.size())) + 32);
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
-  z.avail_in = static_cast<uInt>(in.size());
-  z.next_out = reinterpret_cast<Bytef*>(out.data());
-  z.avail_out = static_cast<uInt>(out.size());
-  const int rc = deflate(&z, Z_FINISH);
-  out.resize(z.total_out);
-  deflateEnd(&z);
-  fuzz::check(rc == Z_STREAM_END, "zlib did not finish coding");
-  return out;
 }
 
 }  // namespace
@@ -81,8 +63,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     fuzz::check(r.body.size() <= limit, "a decoded body above the limit");
 
   if (status != 200) return 0;
-  for (const int bits : {31, 15, -15}) {
-    http::Response coded = answer(bits == 31 ? "gzip" : "deflate", code(body, bits));
+  const std::string plain(body);
+  for (const std::string coding_name : {"gzip", "deflate", "raw-deflate"}) {
+    const std::string zipped = test::FaultServer::encode(coding_name, plain);
+    http::Response coded = answer(coding_name == "gzip" ? "gzip" : "deflate", fuzz::owned(zipped));
     const bool ok = fuzz::typed([&] { http::decode_content(req, url, limit, coded); });
     if (body.size() > limit) {
       fuzz::check(!ok, "a body above the limit decoded");
